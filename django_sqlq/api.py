@@ -1,0 +1,273 @@
+"""enqueue() and bulk_enqueue(): validate everything first, then write in the caller's
+transaction (same database) or on its commit (another database)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from django_sqlq import registry
+from django_sqlq.conf import Settings, get_settings
+from django_sqlq.db import ops_for
+from django_sqlq.exceptions import InvalidJobError, PayloadError, UnknownQueueError
+from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job
+
+Target = str | Callable[..., Any]
+
+# Jobs per INSERT in bulk_enqueue: large enough to amortise the round trip, small enough to
+# keep one statement's memory and lock time modest.
+BULK_CHUNK = 5000
+
+
+def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) -> str:
+    """``value`` as JSON text, or a PayloadError that says what JSON cannot hold."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"The {what} cannot be stored as JSON: {exc}.") from exc
+    if limit is not None and len(text.encode()) > limit:
+        raise PayloadError(
+            f"The {what} is {len(text.encode())} bytes as JSON, over the limit of {limit} "
+            "bytes (SQLQ['MAX_PAYLOAD_BYTES']). Store large data elsewhere and enqueue a "
+            "reference to it."
+        )
+    return text
+
+
+def _validate_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJobError(f"{name} must be an integer, got {value!r}.")
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise InvalidJobError(f"{name} must be {bounds}, got {value}.")
+    return value
+
+
+def _schedule(run_at: datetime | None, delay: float | timedelta | None) -> datetime | float | None:
+    """When the job may run: None (now), a datetime, or seconds from now."""
+    if run_at is not None and delay is not None:
+        raise InvalidJobError("Give run_at or delay, not both.")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise InvalidJobError(f"run_at must be a datetime, got {run_at!r}.")
+        if settings.USE_TZ and timezone.is_naive(run_at):
+            raise InvalidJobError(
+                f"run_at is a naive datetime ({run_at.isoformat()}) while USE_TZ is True; "
+                "pass an aware datetime, e.g. timezone.now() + timedelta(...)."
+            )
+        return run_at
+    if delay is not None:
+        if isinstance(delay, timedelta):
+            seconds = delay.total_seconds()
+        elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+            seconds = float(delay)
+        else:
+            raise InvalidJobError(f"delay must be seconds or a timedelta, got {delay!r}.")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise InvalidJobError(f"delay must be a finite number of seconds >= 0, got {delay!r}.")
+        if seconds == 0:
+            return None
+        # The database's clock, so that web hosts with skewed clocks agree with the workers.
+        return seconds
+    return None
+
+
+def _options(
+    conf: Settings,
+    type_name: str,
+    *,
+    queue: str,
+    priority: int,
+    run_at: datetime | None,
+    delay: float | timedelta | None,
+    max_attempts: int | None,
+    timeout: float | None,
+) -> dict[str, Any]:
+    if not isinstance(queue, str) or queue not in conf.QUEUES:
+        raise UnknownQueueError(
+            f"Unknown queue {queue!r}. Known queues: {', '.join(conf.QUEUES)} "
+            "(add it to SQLQ['QUEUES'])."
+        )
+    _validate_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX)
+    if max_attempts is None:
+        max_attempts = conf.MAX_ATTEMPTS
+    _validate_int("max_attempts", max_attempts, 1, 2**31 - 1)
+    if timeout is None:
+        spec = registry.registered().get(type_name)
+        timeout = spec.timeout if spec is not None else None
+    elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+        math.isfinite(timeout) and timeout > 0
+    ):
+        raise InvalidJobError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+    fields: dict[str, Any] = {
+        "type": type_name,
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "timeout": timeout,
+    }
+    scheduled = _schedule(run_at, delay)
+    if isinstance(scheduled, datetime):
+        fields["scheduled_at"] = scheduled
+    elif scheduled is not None:
+        # The database's clock, so that web hosts with skewed clocks agree with the workers.
+        fields["scheduled_at"] = ExpressionWrapper(
+            Now() + timedelta(seconds=scheduled), output_field=DateTimeField()
+        )
+        fields["_delay_seconds"] = scheduled
+    return fields
+
+
+def _caller_alias(queue_alias: str, using: str | None) -> str | None:
+    """The alias whose open transaction the enqueue belongs to, or None if there is none."""
+    if using is not None:
+        return using if connections[using].in_atomic_block else None
+    if connections[queue_alias].in_atomic_block:
+        return queue_alias
+    for alias in connections:
+        if alias in connections.settings and connections[alias].in_atomic_block:
+            return alias
+    return None
+
+
+def _write(queue_alias: str, jobs: list[Job], delay_seconds: float | None = None) -> None:
+    if len(jobs) == 1:
+        jobs[0].save(using=queue_alias, force_insert=True)
+    else:
+        _insert_many(queue_alias, jobs, delay_seconds)
+    ops_for(queue_alias).notify(sorted({job.queue for job in jobs}))
+
+
+def _insert_many(queue_alias: str, jobs: list[Job], delay_seconds: float | None) -> None:
+    """One INSERT ... SELECT for all the jobs (they share every field but the payload)."""
+    first = jobs[0]
+    scheduled = first.scheduled_at if isinstance(first.scheduled_at, datetime) else None
+    fields = {
+        "queue": first.queue,
+        "type": first.type,
+        "priority": first.priority,
+        "max_attempts": first.max_attempts,
+        "timeout": first.timeout,
+        "scheduled_at": scheduled,
+    }
+    ops = ops_for(queue_alias)
+    for start in range(0, len(jobs), BULK_CHUNK):
+        chunk = jobs[start : start + BULK_CHUNK]
+        rows = ops.insert_many(
+            payloads=[encode_json(job.payload) for job in chunk],
+            fields=fields,
+            delay_seconds=delay_seconds,
+        )
+        for job, (pk, scheduled_at, created_at) in zip(chunk, rows, strict=True):
+            job.pk = pk
+            job.scheduled_at = scheduled_at
+            job.created_at = job.updated_at = created_at
+            job._state.adding = False
+            job._state.db = queue_alias
+
+
+def _submit(
+    queue_alias: str, jobs: list[Job], using: str | None, delay_seconds: float | None = None
+) -> None:
+    caller = _caller_alias(queue_alias, using)
+    if caller is None or caller == queue_alias:
+        # Same database (or no transaction): the rows are part of the caller's transaction.
+        if len(jobs) > 1 and caller is None:
+            with transaction.atomic(using=queue_alias):
+                _write(queue_alias, jobs, delay_seconds)
+        else:
+            _write(queue_alias, jobs, delay_seconds)
+    else:
+        # Another database: the jobs exist if and only if the caller's transaction commits.
+        transaction.on_commit(partial(_write, queue_alias, jobs, delay_seconds), using=caller)
+
+
+def enqueue(
+    target: Target,
+    payload: Any = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    using: str | None = None,
+) -> Job:
+    """Add a job. Bad input raises here and writes nothing.
+
+    ``target``: a registered handler name, a dotted path, or the handler itself.
+    ``payload``: anything JSON can hold (``None`` stores ``{}``).
+    ``using``: the alias of the caller's transaction, when the jobs table lives in another
+    database and several transactions are open (by default: the first one open).
+    """
+    conf = get_settings()
+    type_name = registry.type_name_for(target)
+    if payload is None:
+        payload = {}
+    encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
+    fields = _options(
+        conf,
+        type_name,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+    )
+    fields.pop("_delay_seconds", None)
+    job = Job(payload=payload, **fields)
+    _submit(conf.DATABASE, [job], using)
+    return job
+
+
+def bulk_enqueue(
+    target: Target,
+    payloads: Iterable[Any],
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    using: str | None = None,
+) -> list[Job]:
+    """Add one job per payload, all of one type, in one statement (a few for huge lists).
+
+    Every payload is checked before anything is written: one bad payload writes no job.
+    """
+    conf = get_settings()
+    type_name = registry.type_name_for(target)
+    items: Sequence[Any] = list(payloads)
+    for index, payload in enumerate(items):
+        try:
+            encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
+        except PayloadError as exc:
+            raise PayloadError(f"payloads[{index}]: {exc}") from exc
+    fields = _options(
+        conf,
+        type_name,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+    )
+    delay_seconds = fields.pop("_delay_seconds", None)
+    jobs = [Job(payload={} if p is None else p, **fields) for p in items]
+    if jobs:
+        _submit(conf.DATABASE, jobs, using, delay_seconds)
+    return jobs

@@ -1,0 +1,85 @@
+"""System checks (``manage.py check``): ids ``django_sqlq.E001``... and ``W001``...
+
+- E001: ``settings.SQLQ`` is invalid.
+- E002: ``SQLQ["DATABASE"]`` names no configured database.
+- E003: the queue database's engine is not supported.
+- E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
+- W001: the SQLite queue database is not in WAL mode.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+
+from django_sqlq.exceptions import ConfigurationError
+
+
+@register(Tags.compatibility, Tags.database)
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    from django_sqlq.conf import get_settings
+    from django_sqlq.db import supported, vendor
+
+    try:
+        conf = get_settings()
+    except ConfigurationError as exc:
+        return [Error(str(exc), hint="See the settings reference in docs/.", id="django_sqlq.E001")]
+    if conf.DATABASE not in connections.settings:
+        return [
+            Error(
+                f"SQLQ['DATABASE'] is {conf.DATABASE!r}, which is not in settings.DATABASES.",
+                hint=f"Use one of: {', '.join(connections.settings)}.",
+                id="django_sqlq.E002",
+            )
+        ]
+    if not supported(conf.DATABASE):
+        return [
+            Error(
+                f"The queue database {conf.DATABASE!r} uses the {vendor(conf.DATABASE)!r} "
+                "engine, which django_sqlq does not support yet.",
+                hint="Use SQLite or PostgreSQL for SQLQ['DATABASE'].",
+                id="django_sqlq.E003",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    if vendor(conf.DATABASE) == "sqlite":
+        if sqlite3.sqlite_version_info < (3, 35, 0):
+            messages.append(
+                Error(
+                    f"SQLite {sqlite3.sqlite_version} is too old: django_sqlq needs 3.35+ "
+                    "(UPDATE ... RETURNING).",
+                    hint="Upgrade SQLite, or use a Python build linked with a newer one.",
+                    id="django_sqlq.E004",
+                )
+            )
+        if kwargs.get("databases") and conf.DATABASE in kwargs["databases"]:
+            messages.extend(_check_wal(conf.DATABASE))
+    return messages
+
+
+def _check_wal(alias: str) -> list[CheckMessage]:
+    from django_sqlq.db.sqlite import pragma
+
+    connection = connections[alias]
+    name = str(connection.settings_dict["NAME"])
+    if name in ("", ":memory:") or "mode=memory" in name:
+        return []
+    mode = str(pragma(connection, "journal_mode")).lower()
+    if mode != "wal":
+        return [
+            Warning(
+                f"The SQLite queue database {alias!r} is in {mode!r} journal mode, not WAL: "
+                "workers and web requests will block each other.",
+                hint="Remove 'journal_mode' from SQLQ['SQLITE_PRAGMAS'] (WAL is the default), "
+                "or make sure the database file is on a local disk that supports WAL.",
+                id="django_sqlq.W001",
+            )
+        ]
+    return []

@@ -1,0 +1,123 @@
+"""A typed, lazy view of ``settings.SQLQ``.
+
+Nothing is read at import time: every attribute access reads the settings again, so
+``override_settings(SQLQ=...)`` in tests takes effect at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from django_sqlq.exceptions import ConfigurationError
+
+DEFAULT_SQLITE_PRAGMAS: dict[str, str | int] = {
+    "journal_mode": "wal",
+    "busy_timeout": 10_000,
+    "synchronous": "normal",
+}
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE": "default",
+    "QUEUES": ["default"],
+    "MAX_ATTEMPTS": 5,
+    "LEASE_SECONDS": 60,
+    "RETRY_BACKOFF": "exponential",
+    "RETRY_BACKOFF_BASE": 2.0,
+    "RETRY_BACKOFF_MAX": 3600.0,
+    "KEEP_FINISHED": 7 * 86400,
+    "POLL_INTERVAL": 1.0,
+    "MAX_PAYLOAD_BYTES": 10 * 1024 * 1024,
+    "SQLITE_PRAGMAS": DEFAULT_SQLITE_PRAGMAS,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective ``SQLQ`` settings, defaults filled in and validated."""
+
+    DATABASE: str
+    QUEUES: tuple[str, ...]
+    MAX_ATTEMPTS: int
+    LEASE_SECONDS: float
+    RETRY_BACKOFF: str
+    RETRY_BACKOFF_BASE: float
+    RETRY_BACKOFF_MAX: float
+    KEEP_FINISHED: int
+    POLL_INTERVAL: float
+    MAX_PAYLOAD_BYTES: int
+    SQLITE_PRAGMAS: Mapping[str, str | int]
+
+    def backoff_function(self) -> Callable[[int], float] | None:
+        """The user's dotted-path backoff policy, or None for the built-in exponential one."""
+        if self.RETRY_BACKOFF == "exponential":
+            return None
+        try:
+            func: Callable[[int], float] = import_string(self.RETRY_BACKOFF)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"SQLQ['RETRY_BACKOFF'] = {self.RETRY_BACKOFF!r} cannot be imported: {exc}"
+            ) from exc
+        return func
+
+
+def _number(key: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
+        expected = "an integer" if integer else "a number"
+        raise ConfigurationError(
+            f"SQLQ[{key!r}] must be {expected} >= {minimum}, got {value!r}."
+        )
+    return value
+
+
+def get_settings() -> Settings:
+    """Read and validate ``settings.SQLQ``. Raises ConfigurationError naming the bad key."""
+    user: Any = getattr(settings, "SQLQ", {}) or {}
+    if not isinstance(user, Mapping):
+        raise ConfigurationError("settings.SQLQ must be a dict.")
+    unknown = set(user) - set(DEFAULTS)
+    if unknown:
+        raise ConfigurationError(
+            f"Unknown SQLQ setting(s): {', '.join(sorted(unknown))}. "
+            f"Known keys: {', '.join(sorted(DEFAULTS))}."
+        )
+    merged = {**DEFAULTS, **user}
+    queues = merged["QUEUES"]
+    if (
+        isinstance(queues, str)
+        or not queues
+        or not all(isinstance(q, str) and q and len(q) <= 100 for q in queues)
+    ):
+        raise ConfigurationError(
+            "SQLQ['QUEUES'] must be a non-empty list of queue names (strings of 1-100 chars)."
+        )
+    if not isinstance(merged["DATABASE"], str):
+        raise ConfigurationError("SQLQ['DATABASE'] must be a database alias (a string).")
+    backoff = merged["RETRY_BACKOFF"]
+    if not isinstance(backoff, str) or not backoff:
+        raise ConfigurationError(
+            "SQLQ['RETRY_BACKOFF'] must be 'exponential' or a dotted path to f(attempts) -> seconds."
+        )
+    pragmas = merged["SQLITE_PRAGMAS"]
+    if not isinstance(pragmas, Mapping):
+        raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
+    return Settings(
+        DATABASE=merged["DATABASE"],
+        QUEUES=tuple(queues),
+        MAX_ATTEMPTS=_number("MAX_ATTEMPTS", merged["MAX_ATTEMPTS"], minimum=1, integer=True),
+        LEASE_SECONDS=_number("LEASE_SECONDS", merged["LEASE_SECONDS"], minimum=0.1),
+        RETRY_BACKOFF=backoff,
+        RETRY_BACKOFF_BASE=_number("RETRY_BACKOFF_BASE", merged["RETRY_BACKOFF_BASE"], minimum=0),
+        RETRY_BACKOFF_MAX=_number("RETRY_BACKOFF_MAX", merged["RETRY_BACKOFF_MAX"], minimum=0),
+        KEEP_FINISHED=_number("KEEP_FINISHED", merged["KEEP_FINISHED"], minimum=0, integer=True),
+        POLL_INTERVAL=_number("POLL_INTERVAL", merged["POLL_INTERVAL"], minimum=0.001),
+        MAX_PAYLOAD_BYTES=_number(
+            "MAX_PAYLOAD_BYTES", merged["MAX_PAYLOAD_BYTES"], minimum=1, integer=True
+        ),
+        SQLITE_PRAGMAS=dict(pragmas),
+    )

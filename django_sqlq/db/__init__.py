@@ -1,0 +1,89 @@
+"""Everything that speaks SQL or knows which engine it talks to.
+
+The rest of django_sqlq calls :func:`ops_for` and the methods of the returned
+:class:`~django_sqlq.db.base.QueueOps`; nothing outside this package writes SQL, opens a
+cursor for queue work, or looks at ``connection.vendor``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_sqlq.db.base import ClaimedJob, QueueOps
+
+__all__ = ["ClaimedJob", "QueueOps", "configure_connection", "is_transient", "ops_for"]
+
+_ops_cache: dict[str, type[QueueOps]] = {}
+
+
+def _ops_class(vendor: str) -> type[QueueOps]:
+    if vendor not in _ops_cache:
+        if vendor == "sqlite":
+            from django_sqlq.db.sqlite import SQLiteOps
+
+            _ops_cache[vendor] = SQLiteOps
+        elif vendor == "postgresql":
+            from django_sqlq.db.postgresql import PostgreSQLOps
+
+            _ops_cache[vendor] = PostgreSQLOps
+        else:
+            raise NotImplementedError(
+                f"django_sqlq does not support the {vendor!r} database engine yet "
+                "(SQLite and PostgreSQL are supported)."
+            )
+    return _ops_cache[vendor]
+
+
+def ops_for(alias: str) -> QueueOps:
+    """The queue operations for the database ``alias``, on this thread's connection."""
+    connection = connections[alias]
+    return _ops_class(connection.vendor)(connection)
+
+
+def supported(alias: str) -> bool:
+    return connections[alias].vendor in ("sqlite", "postgresql")
+
+
+def vendor(alias: str) -> str:
+    return connections[alias].vendor
+
+
+def configure_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    """``connection_created`` receiver: tune new connections to the queue's database."""
+    from django_sqlq.conf import get_settings
+
+    try:
+        queue_alias = get_settings().DATABASE
+    except Exception:  # a bad SQLQ setting is reported by the system checks
+        queue_alias = "default"
+    if connection.alias != queue_alias:
+        return
+    if connection.vendor == "sqlite":
+        from django_sqlq.db.sqlite import configure
+
+        configure(connection)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors that mean "try again" (a lock, a lost connection), not "bad job"."""
+    from django.db import InterfaceError, OperationalError
+
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    message = str(exc).lower()
+    if "no such table" in message or "does not exist" in message:
+        return False
+    return True
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """True when the jobs table is not there: ``migrate`` has not been run."""
+    message = str(exc).lower()
+    return "no such table" in message or (
+        "does not exist" in message and "relation" in message
+    )

@@ -1,0 +1,333 @@
+"""The queue operations every engine implements, with the SQL they share.
+
+Every statement is one round trip. Values always go in as parameters; the statuses are
+literals on purpose, so the planners can match the partial indexes' ``WHERE status = ...``.
+
+``now`` is the clock: ``None`` means the database's own clock (the default in production, so
+hosts with skewed clocks agree), a datetime means an injected clock (tests).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+
+class ClaimedJob(NamedTuple):
+    id: int
+    queue: str
+    type: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    timeout: float | None
+    priority: int
+    scheduled_at: Any
+
+
+class Finished(NamedTuple):
+    """The outcome of one attempt, ready to be written."""
+
+    id: int
+    attempt: int
+    result: Any = None
+
+
+CLAIM_COLUMNS = "id, queue, type, payload, attempts, max_attempts, timeout, priority, scheduled_at"
+
+
+class QueueOps:
+    """The queue's writes, on one connection. Subclasses fill in the engine's dialect."""
+
+    table = "sqlq_job"
+    worker_table = "sqlq_worker"
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+
+    # -- dialect ------------------------------------------------------------------------
+
+    def now_sql(self) -> str:
+        """SQL for "now"; takes one parameter (the injected clock, or NULL)."""
+        raise NotImplementedError
+
+    def later_sql(self) -> str:
+        """SQL for "now + seconds"; takes two parameters: the clock and the seconds."""
+        raise NotImplementedError
+
+    def append_error_sql(self) -> str:
+        """SQL for ``errors`` with one JSON object (one parameter, as text) appended."""
+        raise NotImplementedError
+
+    def in_list_sql(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
+    def json_param_sql(self) -> str:
+        return "%s"
+
+    def float_param_sql(self) -> str:
+        return "%s"
+
+    def skip_locked(self) -> str:
+        return ""
+
+    def clock(self, now: datetime | None) -> Any:
+        if now is None:
+            return None
+        return self.connection.ops.adapt_datetimefield_value(now)
+
+    def decode_json(self, value: Any) -> Any:
+        if isinstance(value, (str, bytes, bytearray)):
+            return json.loads(value)
+        return value
+
+    # -- operations ---------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str] | None,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` runnable jobs in one ``UPDATE ... RETURNING``.
+
+        ``queues=None`` serves every queue. Returned in claim order.
+        """
+        if limit < 1:
+            return []
+        clock = self.clock(now)
+        now_sql, later_sql = self.now_sql(), self.later_sql()
+        if queues is None:
+            queue_sql, queue_params = "", []
+        else:
+            in_sql, queue_params = self.in_list_sql("queue", queues)
+            queue_sql = f"AND {in_sql} "
+        sql = (
+            f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
+            f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
+            f"lease_expires_at = {later_sql}, updated_at = {now_sql} "
+            f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'pending' "
+            f"{queue_sql}AND scheduled_at <= {now_sql} "
+            f"ORDER BY priority DESC, scheduled_at, id LIMIT %s{self.skip_locked()}) "
+            f"RETURNING {CLAIM_COLUMNS}"
+        )
+        params = [
+            worker_id, clock, clock, clock, lease_seconds, clock,
+            *queue_params, clock, limit,
+        ]  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        jobs = [
+            ClaimedJob(
+                id=row[0],
+                queue=row[1],
+                type=row[2],
+                payload=row[3],
+                attempts=row[4],
+                max_attempts=row[5],
+                timeout=row[6],
+                priority=row[7],
+                scheduled_at=row[8],
+            )
+            for row in rows
+        ]
+        jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
+        return jobs
+
+    def complete(
+        self, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
+    ) -> list[int]:
+        """Mark attempts completed; returns the ids this worker still held (fenced)."""
+        done: list[int] = []
+        if not finished:
+            return done
+        clock = self.clock(now)
+        now_sql = self.now_sql()
+        sql = (
+            f"UPDATE {self.table} SET status = 'completed', result = {self.json_param_sql()}, "
+            f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
+            f"WHERE id = %s AND status = 'processing' AND locked_by = %s AND attempts = %s "
+            f"RETURNING id"
+        )
+        with self.connection.cursor() as cursor:
+            for item in finished:
+                result = None if item.result is None else json.dumps(item.result)
+                cursor.execute(sql, [result, clock, clock, item.id, worker_id, item.attempt])
+                row = cursor.fetchone()
+                if row is not None:
+                    done.append(row[0])
+        return done
+
+    def fail(
+        self,
+        *,
+        job_id: int,
+        attempt: int,
+        worker_id: str,
+        error: str,
+        error_entry: dict[str, Any],
+        retry_in: float | None,
+        now: datetime | None = None,
+    ) -> str | None:
+        """Record a failed attempt: back to pending after ``retry_in`` seconds while attempts
+        remain (``retry_in=None``: no retry), else failed. Returns the new status, or None if
+        this worker no longer held the job (fenced)."""
+        clock = self.clock(now)
+        now_sql, later_sql = self.now_sql(), self.later_sql()
+        retry = retry_in is not None
+        final = "(attempts >= max_attempts OR %s)"
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN {final} THEN 'failed' ELSE 'pending' END, "
+            f"scheduled_at = CASE WHEN {final} THEN scheduled_at ELSE {later_sql} END, "
+            f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
+            f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
+            f"last_error = %s, errors = {self.append_error_sql()}, "
+            f"lease_expires_at = NULL, updated_at = {now_sql} "
+            f"WHERE id = %s AND status = 'processing' AND locked_by = %s AND attempts = %s "
+            f"RETURNING status"
+        )
+        params = [
+            not retry,
+            not retry, clock, retry_in or 0,
+            not retry, clock,
+            not retry,
+            error, json.dumps(error_entry), clock,
+            job_id, worker_id, attempt,
+        ]  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    def release(self, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None) -> int:
+        """Give back claimed-but-unstarted jobs: pending again, the attempt not counted."""
+        if not job_ids:
+            return 0
+        in_sql, in_params = self.in_list_sql("id", list(job_ids))
+        sql = (
+            f"UPDATE {self.table} SET status = 'pending', attempts = attempts - 1, "
+            f"locked_by = '', locked_at = NULL, started_at = NULL, lease_expires_at = NULL, "
+            f"updated_at = {self.now_sql()} "
+            f"WHERE {in_sql} AND status = 'processing' AND locked_by = %s"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [self.clock(now), *in_params, worker_id])
+            return int(cursor.rowcount)
+
+    def reap(self, *, now: datetime | None = None) -> list[tuple[int, str, str, int]]:
+        """Return jobs whose lease ran out to pending (or failed once their attempts are
+        spent). Returns (id, type, new status, attempts) for each."""
+        clock = self.clock(now)
+        now_sql = self.now_sql()
+        spent = "attempts >= max_attempts"
+        message = (
+            "'Lease expired: worker ' || locked_by || ' stopped renewing it during attempt ' "
+            "|| attempts || ' (killed, crashed, frozen or cut off from the database).'"
+        )
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN {spent} THEN 'failed' ELSE 'pending' END, "
+            f"completed_at = CASE WHEN {spent} THEN {now_sql} ELSE NULL END, "
+            f"locked_by = CASE WHEN {spent} THEN locked_by ELSE '' END, "
+            f"last_error = {message}, "
+            f"errors = {self.lease_error_sql()}, "
+            f"lease_expires_at = NULL, updated_at = {now_sql} "
+            f"WHERE status = 'processing' AND lease_expires_at < {now_sql} "
+            f"RETURNING id, type, status, attempts"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [clock, clock, clock])
+            return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
+
+    def lease_error_sql(self) -> str:
+        raise NotImplementedError
+
+    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
+        """(FROM clause, payload expression, order expression, parameter) that expand one
+        parameter holding every payload into one row per payload, in order."""
+        raise NotImplementedError
+
+    def insert_many(
+        self,
+        *,
+        payloads: Sequence[str],
+        fields: dict[str, Any],
+        delay_seconds: float | None,
+    ) -> list[tuple[int, Any, Any]]:
+        """Insert one job per JSON-encoded payload, all sharing ``fields``, in one statement.
+
+        ``scheduled_at`` is ``fields["scheduled_at"]`` if given, else now (+ ``delay_seconds``)
+        by the database clock. Returns (id, scheduled_at, created_at) in payload order.
+        """
+        source, payload_sql, order_sql, payloads_param = self.payloads_sql(payloads)
+        now_sql, later_sql = self.now_sql(), self.later_sql()
+        scheduled = fields.get("scheduled_at")
+        if scheduled is not None:
+            scheduled_sql = "%s"
+            scheduled_params: list[Any] = [self.connection.ops.adapt_datetimefield_value(scheduled)]
+        else:
+            scheduled_sql = later_sql
+            scheduled_params = [None, delay_seconds or 0]
+        sql = (
+            f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
+            f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
+            f"locked_by) "
+            f"SELECT %s, %s, {payload_sql}, 'pending', %s, 0, %s, {self.float_param_sql()}, '', "
+            f"{self.json_param_sql()}, {scheduled_sql}, {now_sql}, {now_sql}, '' "
+            f"FROM {source} ORDER BY {order_sql} "
+            f"RETURNING id, scheduled_at, created_at"
+        )
+        params = [
+            fields["queue"], fields["type"], fields["priority"], fields["max_attempts"],
+            fields["timeout"], "[]", *scheduled_params, None, None, payloads_param,
+        ]  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        # Ids are handed out in insertion order, which ORDER BY fixed to payload order.
+        rows.sort(key=lambda row: row[0])
+        return [(row[0], self.to_datetime(row[1]), self.to_datetime(row[2])) for row in rows]
+
+    def to_datetime(self, value: Any) -> Any:
+        """A datetime column read by raw SQL, as the ORM would return it."""
+        if isinstance(value, str):
+            parsed = parse_datetime(value)
+            if parsed is not None and settings.USE_TZ and timezone.is_naive(parsed):
+                parsed = timezone.make_aware(parsed, UTC)
+            return parsed
+        return value
+
+    def extend_leases(
+        self, *, worker_id: str, lease_seconds: float, now: datetime | None = None
+    ) -> int:
+        """Renew every lease this worker holds, in one statement."""
+        sql = (
+            f"UPDATE {self.table} SET lease_expires_at = {self.later_sql()} "
+            f"WHERE status = 'processing' AND locked_by = %s"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [self.clock(now), lease_seconds, worker_id])
+            return int(cursor.rowcount)
+
+    def notify(self, queues: Sequence[str]) -> None:
+        """Wake idle workers once the current transaction commits. Default: nothing."""
+
+    def data_version(self) -> Any:
+        """A cheap value that changes when another connection commits, or None."""
+        return None
+
+    def explain_claim(self, queues: Sequence[str]) -> str:
+        """The plan of the claim's inner SELECT (for tests and ``sqlq_doctor``)."""
+        raise NotImplementedError

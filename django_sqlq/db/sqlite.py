@@ -1,0 +1,106 @@
+"""SQLite: one writer at a time, so the claim needs no row locks; the discipline is in the
+connection set-up (WAL, busy timeout, BEGIN IMMEDIATE) and in keeping writes short."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_sqlq.db.base import QueueOps
+
+# %% because Django's SQLite cursor turns %s into ? and %% into %.
+_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'))"
+_LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'), printf('%%+.6f seconds', %s))"
+
+_LEASE_ERROR = (
+    "json_insert(COALESCE(errors, '[]'), '$[#]', json_object("
+    "'attempt', attempts, 'worker_id', locked_by, "
+    "'exception_class', 'django_sqlq.exceptions.LeaseLostError', "
+    "'message', 'lease expired', 'traceback', ''))"
+)
+
+MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
+
+
+def configure(connection: BaseDatabaseWrapper) -> None:
+    """Apply ``SQLQ["SQLITE_PRAGMAS"]`` to a new connection to the queue database, and make
+    its transactions take the write lock up front (BEGIN IMMEDIATE) unless the project chose
+    a transaction mode itself: a deferred transaction that reads, then writes, fails with
+    "database is locked" at once instead of waiting for the busy timeout."""
+    from django_sqlq.conf import get_settings
+
+    try:
+        pragmas = get_settings().SQLITE_PRAGMAS
+    except Exception:
+        from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS
+
+        pragmas = DEFAULT_SQLITE_PRAGMAS
+    raw = connection.connection
+    for name, value in pragmas.items():
+        if not str(name).replace("_", "").isalnum():
+            continue  # reported by the system checks
+        if str(name) == "journal_mode" and connection.settings_dict["NAME"] in ("", ":memory:"):
+            continue
+        if "mode=memory" in str(connection.settings_dict["NAME"]):
+            continue
+        raw.execute(f"PRAGMA {name} = {_pragma_value(value)}")
+    if getattr(connection, "transaction_mode", "unset") is None:
+        connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+
+
+def _pragma_value(value: str | int) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    if not text.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"Unsafe SQLite pragma value: {value!r}")
+    return text
+
+
+def pragma(connection: BaseDatabaseWrapper, name: str) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA {name}")
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+class SQLiteOps(QueueOps):
+    def now_sql(self) -> str:
+        return _NOW
+
+    def later_sql(self) -> str:
+        return _LATER
+
+    def append_error_sql(self) -> str:
+        return "json_insert(COALESCE(errors, '[]'), '$[#]', json(%s))"
+
+    def lease_error_sql(self) -> str:
+        return _LEASE_ERROR
+
+    def in_list_sql(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        placeholders = ", ".join(["%s"] * len(values))
+        return f"{column} IN ({placeholders})", list(values)
+
+    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
+        # Each element is the payload's JSON text as a JSON string, so that json_each's
+        # ``value`` is exactly that text whatever the payload's type.
+        return "json_each(%s)", "value", "key", json.dumps(list(payloads))
+
+    def data_version(self) -> Any:
+        return pragma(self.connection, "data_version")
+
+    def explain_claim(self, queues: Sequence[str]) -> str:
+        in_sql, params = self.in_list_sql("queue", queues)
+        sql = (
+            f"EXPLAIN QUERY PLAN SELECT id FROM {self.table} WHERE status = 'pending' "
+            f"AND {in_sql} AND scheduled_at <= {_NOW} "
+            f"ORDER BY priority DESC, scheduled_at, id LIMIT 10"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [*params, None])
+            return "\n".join(str(row[-1]) for row in cursor.fetchall())

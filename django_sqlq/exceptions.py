@@ -1,0 +1,35 @@
+"""Errors raised by django_sqlq. Each also subclasses the builtin it refines."""
+
+from __future__ import annotations
+
+
+class SQLQError(Exception):
+    """Base class of every error django_sqlq raises."""
+
+
+class InvalidJobError(SQLQError, ValueError):
+    """enqueue() was given something it cannot store: the job is not written."""
+
+
+class PayloadError(InvalidJobError, TypeError):
+    """The payload (or a result) cannot be stored as JSON."""
+
+
+class UnknownQueueError(InvalidJobError):
+    """The queue is not one of ``SQLQ["QUEUES"]``."""
+
+
+class UnknownHandlerError(SQLQError, LookupError):
+    """No handler is registered under that name and it is not an importable dotted path."""
+
+
+class ConfigurationError(SQLQError, ValueError):
+    """``settings.SQLQ`` holds a value django_sqlq cannot use."""
+
+
+class JobTimeoutError(SQLQError, TimeoutError):
+    """A job ran longer than its ``timeout``."""
+
+
+class LeaseLostError(SQLQError, RuntimeError):
+    """This worker no longer holds the job: another worker or an operator took it over."""

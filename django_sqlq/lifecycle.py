@@ -1,0 +1,195 @@
+"""The job state machine. The worker, the admin and the tasks backend all call these
+functions; nothing else changes a job's status.
+
+    pending -> processing -> completed | failed | cancelled
+    processing -> pending        (a failed attempt with attempts left, an expired lease,
+                                  or a job given back unstarted at shutdown)
+    failed | cancelled -> pending (retry_now, by an operator)
+    pending -> cancelled          (cancel)
+
+Every write that finishes an attempt is fenced: it names the worker and the attempt, so a
+worker that lost its lease can never overwrite the outcome of the worker that took over.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback as tb
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models.functions import Now
+
+from django_sqlq.conf import Settings, get_settings
+from django_sqlq.db import ops_for
+from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.models import Job, JobStatus
+
+MAX_TRACEBACK_CHARS = 64_000
+
+
+def backoff_seconds(
+    attempts: int, conf: Settings | None = None, rand: Callable[[], float] = random.random
+) -> float:
+    """Seconds to wait before attempt ``attempts + 1``: exponential, capped, with jitter.
+
+    ``SQLQ["RETRY_BACKOFF"]`` may name a function ``f(attempts) -> seconds`` instead.
+    """
+    conf = conf or get_settings()
+    custom = conf.backoff_function()
+    if custom is not None:
+        return max(0.0, float(custom(attempts)))
+    delay = min(conf.RETRY_BACKOFF_MAX, conf.RETRY_BACKOFF_BASE * 2 ** max(attempts - 1, 0))
+    # +-25% jitter, so jobs that failed together do not all retry in the same instant.
+    return float(min(conf.RETRY_BACKOFF_MAX, delay * (0.75 + 0.5 * rand())))
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    exception_class: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        kind = type(exc)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else (
+            f"{kind.__module__}.{kind.__qualname__}"
+        )
+        text = "".join(tb.format_exception(exc))
+        if len(text) > MAX_TRACEBACK_CHARS:
+            text = "...(truncated)...\n" + text[-MAX_TRACEBACK_CHARS:]
+        return cls(exception_class=name, message=str(exc), traceback=text)
+
+    def summary(self) -> str:
+        """What ``last_error`` holds: type, message and traceback."""
+        return f"{self.exception_class}: {self.message}\n\n{self.traceback}".strip()
+
+    def entry(self, *, attempt: int, worker_id: str) -> dict[str, Any]:
+        return {
+            "attempt": attempt,
+            "worker_id": worker_id,
+            "exception_class": self.exception_class,
+            "message": self.message,
+            "traceback": self.traceback,
+        }
+
+
+# -- the worker's transitions -------------------------------------------------------------
+
+
+def claim(
+    alias: str,
+    *,
+    queues: Sequence[str] | None,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> list[ClaimedJob]:
+    """pending -> processing for up to ``limit`` runnable jobs, in one statement."""
+    return ops_for(alias).claim(
+        queues=queues, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now
+    )
+
+
+def complete(
+    alias: str, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
+) -> list[int]:
+    """processing -> completed. Returns the ids written (the others were lost: fenced)."""
+    return ops_for(alias).complete(finished, worker_id=worker_id, now=now)
+
+
+def fail_or_retry(
+    alias: str,
+    job: ClaimedJob,
+    error: ErrorInfo,
+    *,
+    worker_id: str,
+    retry_in: float | None,
+    now: datetime | None = None,
+) -> str | None:
+    """processing -> pending (after ``retry_in`` s, while attempts remain) or failed.
+
+    ``retry_in=None`` fails the job at once. Returns the new status, or None when this
+    worker no longer held the job.
+    """
+    return ops_for(alias).fail(
+        job_id=job.id,
+        attempt=job.attempts,
+        worker_id=worker_id,
+        error=error.summary(),
+        error_entry=error.entry(attempt=job.attempts, worker_id=worker_id),
+        retry_in=retry_in,
+        now=now,
+    )
+
+
+def release(
+    alias: str, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None
+) -> int:
+    """processing -> pending for jobs claimed but never started; their attempt is not counted."""
+    return ops_for(alias).release(job_ids, worker_id=worker_id, now=now)
+
+
+def reap(alias: str, *, now: datetime | None = None) -> list[tuple[int, str, str, int]]:
+    """processing -> pending (or failed, attempts spent) for every expired lease."""
+    return ops_for(alias).reap(now=now)
+
+
+def extend_leases(
+    alias: str, *, worker_id: str, lease_seconds: float, now: datetime | None = None
+) -> int:
+    return ops_for(alias).extend_leases(worker_id=worker_id, lease_seconds=lease_seconds, now=now)
+
+
+# -- the operators' transitions -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an operator action did: how many jobs changed, and how many it skipped."""
+
+    changed: int
+    skipped: int
+
+
+def _apply(ids: Iterable[int], allowed: Sequence[str], alias: str | None, **changes: Any) -> Outcome:
+    alias = alias or get_settings().DATABASE
+    wanted = set(ids)
+    # One conditional UPDATE: a job whose status changed meanwhile (a worker claimed it) no
+    # longer matches, so it is skipped, never corrupted.
+    changed = (
+        Job.objects.using(alias)
+        .filter(pk__in=wanted, status__in=allowed)
+        .update(updated_at=Now(), **changes)
+    )
+    return Outcome(changed=changed, skipped=len(wanted) - changed)
+
+
+def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
+    """failed | cancelled -> pending, runnable now, attempts reset."""
+    return _apply(
+        ids,
+        [JobStatus.FAILED, JobStatus.CANCELLED],
+        alias,
+        status=JobStatus.PENDING,
+        attempts=0,
+        scheduled_at=Now(),
+        completed_at=None,
+        locked_by="",
+        locked_at=None,
+        lease_expires_at=None,
+    )
+
+
+def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
+    """pending -> cancelled."""
+    return _apply(ids, [JobStatus.PENDING], alias, status=JobStatus.CANCELLED, completed_at=Now())
+
+
+def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
+    """A pending job scheduled for later becomes runnable now."""
+    return _apply(ids, [JobStatus.PENDING], alias, scheduled_at=Now())

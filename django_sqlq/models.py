@@ -1,0 +1,196 @@
+"""The jobs table and the workers table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    PROCESSING = "processing", _("Processing")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def pending(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.PENDING)
+
+    def processing(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.PROCESSING)
+
+    def completed(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.COMPLETED)
+
+    def failed(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.FAILED)
+
+    def cancelled(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.CANCELLED)
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(status__in=FINISHED_STATUSES)
+
+    def runnable(self, now: datetime | None = None) -> JobQuerySet:
+        """Pending jobs whose scheduled time has come (by the database clock unless given)."""
+        return self.pending().filter(scheduled_at__lte=now if now is not None else Now())
+
+    def scheduled(self, now: datetime | None = None) -> JobQuerySet:
+        """Pending jobs that wait for a time still in the future."""
+        return self.pending().filter(scheduled_at__gt=now if now is not None else Now())
+
+    def expired(self, now: datetime | None = None) -> JobQuerySet:
+        """Processing jobs whose lease ran out: their worker is gone or stuck."""
+        return self.processing().filter(lease_expires_at__lt=now if now is not None else Now())
+
+
+class Job(models.Model):
+    """One background job. Only ``django_sqlq.lifecycle`` changes ``status``."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100, default="default")
+    type = models.CharField(max_length=255)
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING
+    )
+    priority = models.SmallIntegerField(
+        default=0, help_text=_("From -100 to 100; higher runs first.")
+    )
+    attempts = models.PositiveIntegerField(default=0, help_text=_("Attempts started."))
+    max_attempts = models.PositiveIntegerField(default=5)
+    timeout = models.FloatField(
+        null=True, blank=True, help_text=_("Seconds an attempt may run; empty: no limit.")
+    )
+    last_error = models.TextField(blank=True, default="")
+    errors = models.JSONField(
+        default=list, blank=True, help_text=_("One entry per failed or lost attempt.")
+    )
+    scheduled_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    locked_by = models.CharField(max_length=255, blank=True, default="")
+    locked_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+
+    objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        db_table = "sqlq_job"
+        ordering = ["-id"]
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        permissions = [
+            ("retry_job", _("Can retry jobs")),
+            ("cancel_job", _("Can cancel jobs")),
+        ]
+        indexes = [
+            # The claim: runnable jobs of a queue in claim order. Partial, so finished rows
+            # (millions, on a busy site) never enter it.
+            models.Index(
+                fields=["queue", "-priority", "scheduled_at", "id"],
+                name="sqlq_job_claim_idx",
+                condition=Q(status="pending"),
+            ),
+            # The reaper: expired leases among the few processing rows.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="sqlq_job_lease_idx",
+                condition=Q(status="processing"),
+            ),
+            # The admin and the dashboard: lists by status, newest first.
+            models.Index(fields=["status", "-id"], name="sqlq_job_status_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="sqlq_job_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="sqlq_job_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="sqlq_job_max_attempts_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class FailedJob(Job):
+    """Failed jobs, listed on their own in the admin."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("failed job")
+        verbose_name_plural = _("failed jobs")
+
+
+class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
+    def alive(self, seconds: float) -> WorkerProcessQuerySet:
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        return self.filter(
+            stopped_at__isnull=True,
+            last_seen_at__gte=timezone.now() - timedelta(seconds=seconds),
+        )
+
+
+class WorkerProcess(models.Model):
+    """A running (or recently stopped) ``sqlq_worker`` process, as it last reported itself."""
+
+    worker_id = models.CharField(max_length=255, unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    jobs_done = models.PositiveBigIntegerField(default=0)
+    jobs_failed = models.PositiveBigIntegerField(default=0)
+
+    objects: ClassVar[WorkerProcessQuerySet] = WorkerProcessQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        db_table = "sqlq_worker"
+        ordering = ["-last_seen_at"]
+        verbose_name = _("worker")
+        verbose_name_plural = _("workers")
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "queues": self.queues,
+            "concurrency": self.concurrency,
+            "last_seen_at": self.last_seen_at,
+            "jobs_done": self.jobs_done,
+        }

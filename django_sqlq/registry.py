@@ -1,0 +1,170 @@
+"""Handlers: the ``@handler`` decorator, names -> callables, and discovery of apps' ``jobs.py``.
+
+Only registered handlers ever run. A job type that is a dotted path makes the worker import
+that path's module (which registers its ``@handler`` functions), never call an arbitrary
+importable object, so a row written by hand cannot make the worker call ``os.system``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+MAX_TYPE_LENGTH = 255
+
+
+@dataclass(frozen=True)
+class Handler:
+    """A registered job handler."""
+
+    name: str
+    func: Callable[..., Any]
+    timeout: float | None = None
+
+    def __call__(self, payload: Any) -> Any:
+        return self.func(payload)
+
+
+# A resolver turns a job type that no @handler claims into a Handler (the tasks backend
+# uses one for @task functions), or returns None.
+Resolver = Callable[[str], Handler | None]
+
+_handlers: dict[str, Handler] = {}
+_resolvers: list[Resolver] = []
+_lock = threading.Lock()
+
+
+def dotted_path(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def validate_type_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidJobError(f"A job type must be a non-empty string, got {name!r}.")
+    if len(name) > MAX_TYPE_LENGTH:
+        raise InvalidJobError(
+            f"A job type is at most {MAX_TYPE_LENGTH} characters; got one of {len(name)}."
+        )
+    return name
+
+
+def register(func: Callable[..., Any], name: str | None = None, *, timeout: float | None = None) -> Handler:
+    """Register ``func`` under ``name`` (default: its dotted path) and return the Handler."""
+    if not callable(func):
+        raise TypeError(f"@handler needs a callable, got {func!r}.")
+    if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+        raise InvalidJobError(f"A handler timeout must be a positive number of seconds, got {timeout!r}.")
+    name = validate_type_name(name if name is not None else dotted_path(func))
+    spec = Handler(name=name, func=func, timeout=timeout)
+    with _lock:
+        existing = _handlers.get(name)
+        if existing is not None and dotted_path(existing.func) != dotted_path(func):
+            raise ValueError(
+                f"Job type {name!r} is already registered to {dotted_path(existing.func)}; "
+                f"cannot register {dotted_path(func)} under the same name."
+            )
+        _handlers[name] = spec
+        path = dotted_path(func)
+        if path != name:
+            # The function can also be enqueued by passing it or its dotted path.
+            _handlers.setdefault(path, spec)
+    return spec
+
+
+@overload
+def handler(name: F) -> F: ...
+@overload
+def handler(name: str | None = None, *, timeout: float | None = None) -> Callable[[F], F]: ...
+
+
+def handler(name: Any = None, *, timeout: float | None = None) -> Any:
+    """Register a job handler.
+
+    ``@handler("send_email")`` names it; ``@handler()`` (or bare ``@handler``) names it by its
+    dotted path. ``timeout`` (seconds) is the default per-job time limit for this type.
+    The function is returned unchanged.
+    """
+    if callable(name):
+        register(name)
+        return name
+
+    def decorator(func: F) -> F:
+        register(func, name, timeout=timeout)
+        return func
+
+    return decorator
+
+
+def type_name_for(target: str | Callable[..., Any]) -> str:
+    """The job type to store for what the caller passed to enqueue()."""
+    if isinstance(target, str):
+        return validate_type_name(target)
+    if callable(target):
+        for spec in list(_handlers.values()):
+            if spec.func is target:
+                return spec.name
+        raise UnknownHandlerError(
+            f"{dotted_path(target)} is not a registered handler: decorate it with @handler."
+        )
+    raise InvalidJobError(
+        f"enqueue() takes a handler name, dotted path or function, got {target!r}."
+    )
+
+
+def add_resolver(resolver: Resolver) -> None:
+    with _lock:
+        if resolver not in _resolvers:
+            _resolvers.append(resolver)
+
+
+def get(name: str) -> Handler:
+    """The handler for job type ``name``. Raises UnknownHandlerError naming the type."""
+    spec = _handlers.get(name)
+    if spec is not None:
+        return spec
+    module_name, _, _ = name.rpartition(".")
+    if module_name:
+        # A dotted path: importing its module registers the module's @handler functions.
+        try:
+            importlib.import_module(module_name)
+        except ImportError:
+            pass
+        spec = _handlers.get(name)
+        if spec is not None:
+            return spec
+    for resolver in list(_resolvers):
+        spec = resolver(name)
+        if spec is not None:
+            return spec
+    raise UnknownHandlerError(
+        f"No handler is registered for job type {name!r}. Register one with "
+        f"@handler({name!r}) in an installed app's jobs.py."
+    )
+
+
+def registered() -> dict[str, Handler]:
+    return dict(_handlers)
+
+
+def unregister(name: str) -> None:
+    """Remove a handler (for tests)."""
+    with _lock:
+        spec = _handlers.pop(name, None)
+        if spec is not None:
+            for key, value in list(_handlers.items()):
+                if value is spec:
+                    del _handlers[key]
+
+
+def autodiscover() -> None:
+    """Import each installed app's ``jobs`` module, so its @handler functions register."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("jobs")

@@ -1,0 +1,592 @@
+"""The worker: claims jobs, runs their handlers, records outcomes, keeps its leases alive.
+
+Threads, each with its own database connection:
+
+- the main thread claims up to as many jobs as there are free slots, in one statement,
+  and hands them to the runner threads;
+- ``concurrency`` runner threads run handlers and write each outcome (fenced by worker id
+  and attempt number);
+- one heartbeat thread renews all of this worker's leases in one statement, records the
+  worker's liveness, and returns expired leases of dead workers to the queue.
+
+Signal handlers only set an event. On stop the worker claims nothing more, lets running
+jobs finish, gives back jobs it claimed but did not start, and returns. A second signal
+gives back the unstarted jobs and exits at once; the leases of the interrupted jobs run
+out and any worker picks them up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import queue as queue_module
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from types import FrameType
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, connections
+from django.db.models.functions import Now
+
+from django_sqlq import lifecycle, registry
+from django_sqlq.api import encode_json
+from django_sqlq.conf import Settings, get_settings
+from django_sqlq.db import is_missing_table, is_transient, ops_for
+from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.exceptions import JobTimeoutError, SQLQError
+from django_sqlq.models import Job, JobStatus, WorkerProcess
+
+logger = logging.getLogger("django_sqlq.worker")
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+
+_STOP = object()  # tells a runner thread to exit
+
+
+class WorkerError(SQLQError, RuntimeError):
+    """The worker cannot start (for example: the jobs table does not exist)."""
+
+
+class ForcedStop(BaseException):
+    """Raised in the main thread by a second SIGTERM/SIGINT."""
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Runs jobs from the queue database until stopped (or, with ``burst``, until idle)."""
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 1,
+        poll_interval: float | None = None,
+        database: str | None = None,
+        worker_id: str | None = None,
+        max_jobs: int | None = None,
+        lease_seconds: float | None = None,
+        clock: Clock | None = None,
+        backoff: Callable[[int], float] | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        conf = settings or get_settings()
+        self.conf = conf
+        self.database = database or conf.DATABASE
+        # None serves every queue (the tasks backend's "*").
+        self.queues: tuple[str, ...] | None = (
+            tuple(queues) if queues is not None else conf.QUEUES
+        )
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval if poll_interval is not None else conf.POLL_INTERVAL
+        self.worker_id = worker_id or default_worker_id()
+        self.max_jobs = max_jobs
+        self.lease_seconds = lease_seconds if lease_seconds is not None else conf.LEASE_SECONDS
+        self.clock = clock
+        self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
+
+        self.stop_event = threading.Event()
+        self._wake = threading.Event()
+        self._inbox: queue_module.Queue[Any] = queue_module.Queue()
+        self._busy = 0  # claimed and not yet finished (queued or running)
+        self._busy_lock = threading.Lock()
+        self._running: dict[int, ClaimedJob] = {}
+        self.jobs_done = 0
+        self.jobs_failed = 0
+        self.jobs_claimed = 0
+        self.forced = False
+
+    # -- public ------------------------------------------------------------------------
+
+    def now(self) -> datetime | None:
+        """The injected clock, or None: the database's clock."""
+        return self.clock() if self.clock is not None else None
+
+    def stop(self) -> None:
+        """Ask the worker to stop gracefully (what SIGTERM does). Safe from any thread."""
+        self.stop_event.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def run(self, *, burst: bool = False, install_signal_handlers: bool = True) -> int:
+        """Work until stopped; with ``burst``, until no runnable job is left. Returns the
+        number of jobs this worker finished (completed or failed attempts)."""
+        self._check_ready()
+        registry.autodiscover()
+        logger.info(
+            "Worker %s starting: queues=%s concurrency=%d database=%s",
+            self.worker_id,
+            ",".join(self.queues) if self.queues is not None else "*",
+            self.concurrency,
+            self.database,
+        )
+        self._register()
+        runners = [
+            threading.Thread(target=self._runner, name=f"sqlq-runner-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        heartbeat = threading.Thread(target=self._heartbeat, name="sqlq-heartbeat", daemon=True)
+        for thread in runners:
+            thread.start()
+        heartbeat.start()
+        signals = _signal_handlers(self) if install_signal_handlers else contextlib.nullcontext()
+        forced = False
+        try:
+            with signals:
+                try:
+                    self._reap()
+                    logger.info("Worker %s ready", self.worker_id)
+                    self._loop(burst=burst)
+                finally:
+                    # Claim nothing more; give back what was claimed and not started.
+                    self.stop_event.set()
+                    self._release_unstarted()
+                    for _ in runners:
+                        self._inbox.put(_STOP)
+                    for thread in runners:
+                        _join(thread)
+        except ForcedStop:
+            forced = True
+            self.forced = True
+            self._release_unstarted()
+            logger.warning(
+                "Worker %s forced to stop: %d running job(s) left to lease expiry",
+                self.worker_id,
+                len(self._running),
+            )
+        finally:
+            self.stop_event.set()
+            if not forced:
+                heartbeat.join(timeout=5)
+            self._unregister()
+            connections.close_all()
+        logger.info(
+            "Worker %s stopped: %d done, %d failed", self.worker_id, self.jobs_done, self.jobs_failed
+        )
+        return self.jobs_done + self.jobs_failed
+
+    # -- the main loop -----------------------------------------------------------------
+
+    def _loop(self, *, burst: bool) -> None:
+        failures = 0
+        while not self.stop_event.is_set():
+            limit = self._free_slots()
+            if self.max_jobs is not None:
+                limit = min(limit, self.max_jobs - self.jobs_claimed)
+                if limit <= 0 and self._busy == 0:
+                    return
+            claimed: list[ClaimedJob] = []
+            if limit > 0:
+                try:
+                    claimed = lifecycle.claim(
+                        self.database,
+                        queues=self.queues,
+                        worker_id=self.worker_id,
+                        limit=limit,
+                        lease_seconds=self.lease_seconds,
+                        now=self.now(),
+                    )
+                    failures = 0
+                except DatabaseError as exc:
+                    failures += 1
+                    self._database_trouble("claim", exc, failures)
+                    continue
+                for job in claimed:
+                    with self._busy_lock:
+                        self._busy += 1
+                    self.jobs_claimed += 1
+                    self._inbox.put(job)
+                if claimed:
+                    continue
+            if burst and not claimed and self._busy == 0:
+                return
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+
+    def _free_slots(self) -> int:
+        with self._busy_lock:
+            return self.concurrency - self._busy
+
+    def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
+        """Log a database error, drop the connection if it is broken, and back off."""
+        if not is_transient(exc):
+            if is_missing_table(exc):
+                raise WorkerError(
+                    "The jobs table does not exist: run `python manage.py migrate` first."
+                ) from exc
+        delay = min(5.0, 0.05 * 2**failures)
+        logger.warning(
+            "Worker %s: database error during %s (%s: %s); retrying in %.2fs",
+            self.worker_id,
+            what,
+            type(exc).__name__,
+            exc,
+            delay,
+        )
+        _reset_connection(self.database)
+        self.stop_event.wait(delay)
+
+    def _with_retry(self, what: str, func: Callable[[], T]) -> T:
+        """Run a database write until it succeeds: a lost connection or a lock never turns
+        a job's outcome into a different one. Gives up only on a non-transient error."""
+        failures = 0
+        while True:
+            try:
+                return func()
+            except DatabaseError as exc:
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                delay = min(5.0, 0.05 * 2**failures)
+                logger.warning(
+                    "Worker %s: database error during %s (%s: %s); retrying in %.2fs",
+                    self.worker_id,
+                    what,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+                _reset_connection(self.database)
+                time.sleep(delay)
+
+    def _release_unstarted(self) -> None:
+        unstarted: list[ClaimedJob] = []
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue_module.Empty:
+                break
+            if item is not _STOP:
+                unstarted.append(item)
+        if not unstarted:
+            return
+        ids = [job.id for job in unstarted]
+        try:
+            released = self._with_retry(
+                "release",
+                lambda: lifecycle.release(
+                    self.database, ids, worker_id=self.worker_id, now=self.now()
+                ),
+            )
+        except DatabaseError:
+            logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
+            return
+        with self._busy_lock:
+            self._busy -= len(unstarted)
+        logger.info("Worker %s gave back %d unstarted job(s): %s", self.worker_id, released, ids)
+
+    # -- runner threads ----------------------------------------------------------------
+
+    def _runner(self) -> None:
+        try:
+            while True:
+                job = self._inbox.get()
+                if job is _STOP:
+                    return
+                if self.stop_event.is_set():
+                    # Claimed but not started: give it back rather than start it now.
+                    self._inbox.put(job)
+                    self._release_unstarted()
+                    continue
+                try:
+                    self._process(job)
+                finally:
+                    with self._busy_lock:
+                        self._busy -= 1
+                    self._wake.set()
+        finally:
+            connections.close_all()
+
+    def _process(self, job: ClaimedJob) -> None:
+        self._running[job.id] = job
+        started = time.monotonic()
+        logger.info("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
+        try:
+            outcome, value = self._call_handler(job)
+        finally:
+            self._running.pop(job.id, None)
+        elapsed = time.monotonic() - started
+        if outcome == "completed":
+            written = self._with_retry(
+                "complete",
+                lambda: lifecycle.complete(
+                    self.database,
+                    [Finished(job.id, job.attempts, value)],
+                    worker_id=self.worker_id,
+                    now=self.now(),
+                ),
+            )
+            if written:
+                self.jobs_done += 1
+                logger.info(
+                    "Job id=%s type=%s completed in %.3fs attempt=%d",
+                    job.id,
+                    job.type,
+                    elapsed,
+                    job.attempts,
+                )
+            else:
+                self._lost(job)
+            return
+        error: lifecycle.ErrorInfo = value
+        retry_in = self.backoff(job.attempts)
+        status = self._with_retry(
+            "fail",
+            lambda: lifecycle.fail_or_retry(
+                self.database,
+                job,
+                error,
+                worker_id=self.worker_id,
+                retry_in=retry_in,
+                now=self.now(),
+            ),
+        )
+        if status is None:
+            self._lost(job)
+            return
+        self.jobs_failed += 1
+        if status == JobStatus.FAILED:
+            logger.error(
+                "Job id=%s type=%s failed for good after attempt %d/%d: %s: %s",
+                job.id,
+                job.type,
+                job.attempts,
+                job.max_attempts,
+                error.exception_class,
+                error.message,
+            )
+        else:
+            logger.warning(
+                "Job id=%s type=%s attempt %d/%d failed (%s: %s); retry in %.1fs",
+                job.id,
+                job.type,
+                job.attempts,
+                job.max_attempts,
+                error.exception_class,
+                error.message,
+                retry_in,
+            )
+
+    def _lost(self, job: ClaimedJob) -> None:
+        logger.warning(
+            "Job id=%s type=%s attempt=%d: outcome not recorded, this worker no longer holds "
+            "the job (its lease expired and another worker or an operator took it over)",
+            job.id,
+            job.type,
+            job.attempts,
+        )
+
+    def _call_handler(self, job: ClaimedJob) -> tuple[str, Any]:
+        """Run the handler. Returns ("completed", result) or ("failed", ErrorInfo)."""
+        try:
+            handler = registry.get(job.type)
+            payload = ops_for(self.database).decode_json(job.payload)
+            result = _invoke(handler.func, payload, job.timeout)
+            encode_json(result, what="handler's return value")
+        except BaseException as exc:  # noqa: BLE001 - a handler must never kill the worker
+            _reset_connections_after_error()
+            return "failed", lifecycle.ErrorInfo.from_exception(exc)
+        return "completed", result
+
+    # -- heartbeat ---------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        interval = max(0.05, min(self.lease_seconds / 3, 10.0))
+        reap_every = max(interval, min(self.lease_seconds / 2, 30.0))
+        last_reap = time.monotonic()
+        try:
+            while not self.stop_event.wait(interval):
+                try:
+                    lifecycle.extend_leases(
+                        self.database,
+                        worker_id=self.worker_id,
+                        lease_seconds=self.lease_seconds,
+                        now=self.now(),
+                    )
+                    WorkerProcess.objects.using(self.database).filter(
+                        worker_id=self.worker_id
+                    ).update(
+                        last_seen_at=Now(), jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
+                    )
+                    if time.monotonic() - last_reap >= reap_every:
+                        last_reap = time.monotonic()
+                        self._reap()
+                except DatabaseError as exc:
+                    logger.warning(
+                        "Worker %s: heartbeat failed (%s: %s); will retry",
+                        self.worker_id,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    _reset_connection(self.database)
+        finally:
+            connections.close_all()
+
+    def _reap(self) -> None:
+        try:
+            reaped = lifecycle.reap(self.database, now=self.now())
+        except DatabaseError as exc:
+            if is_missing_table(exc):
+                raise
+            logger.warning("Worker %s: reaping expired leases failed: %s", self.worker_id, exc)
+            _reset_connection(self.database)
+            return
+        for job_id, job_type, status, attempts in reaped:
+            logger.warning(
+                "Job id=%s type=%s: lease expired during attempt %d; now %s",
+                job_id,
+                job_type,
+                attempts,
+                status,
+            )
+        if reaped:
+            self._wake.set()
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _check_ready(self) -> None:
+        try:
+            Job.objects.using(self.database).only("id").first()
+        except DatabaseError as exc:
+            if is_missing_table(exc):
+                raise WorkerError(
+                    f"The jobs table does not exist in database {self.database!r}: "
+                    "run `python manage.py migrate` first."
+                ) from exc
+            raise
+
+    def _register(self) -> None:
+        try:
+            WorkerProcess.objects.using(self.database).update_or_create(
+                worker_id=self.worker_id,
+                defaults={
+                    "hostname": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "queues": list(self.queues) if self.queues is not None else ["*"],
+                    "concurrency": self.concurrency,
+                    "stopped_at": None,
+                },
+            )
+        except DatabaseError as exc:
+            logger.warning("Worker %s could not register itself: %s", self.worker_id, exc)
+
+    def _unregister(self) -> None:
+        try:
+            WorkerProcess.objects.using(self.database).filter(worker_id=self.worker_id).update(
+                stopped_at=Now(),
+                last_seen_at=Now(),
+                jobs_done=self.jobs_done,
+                jobs_failed=self.jobs_failed,
+            )
+        except DatabaseError as exc:
+            logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)
+
+
+def _invoke(func: Callable[..., Any], payload: Any, timeout: float | None) -> Any:
+    if inspect.iscoroutinefunction(func):
+        coroutine = func(payload)
+        if timeout is not None:
+            coroutine = asyncio.wait_for(coroutine, timeout)
+        try:
+            return asyncio.run(coroutine)
+        except TimeoutError as exc:
+            raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
+    if timeout is None:
+        return func(payload)
+    return _call_with_timeout(func, payload, timeout)
+
+
+def _call_with_timeout(func: Callable[..., Any], payload: Any, timeout: float) -> Any:
+    """Run ``func`` in a helper thread and give up waiting after ``timeout`` seconds.
+
+    A thread cannot be killed: the abandoned call runs on, but its job is already failed
+    (or retried), and nothing it returns is recorded.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["result"] = func(payload)
+        except BaseException as exc:  # noqa: BLE001
+            box["error"] = exc
+        finally:
+            connections.close_all()
+            done.set()
+
+    thread = threading.Thread(target=target, name="sqlq-timed-job", daemon=True)
+    thread.start()
+    if not done.wait(timeout):
+        raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s and was abandoned")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def _reset_connection(alias: str) -> None:
+    with contextlib.suppress(Exception):
+        connections[alias].close()
+
+
+def _reset_connections_after_error() -> None:
+    """After a handler raised: roll back what it left open and drop broken connections."""
+    for connection in connections.all(initialized_only=True):
+        with contextlib.suppress(Exception):
+            if not connection.get_autocommit():
+                connection.rollback()
+                connection.set_autocommit(True)
+            if connection.in_atomic_block:
+                connection.close()
+        with contextlib.suppress(Exception):
+            if connection.errors_occurred and not connection.is_usable():
+                connection.close()
+
+
+def _join(thread: threading.Thread) -> None:
+    # join() in short slices so that a second signal can interrupt the main thread.
+    while thread.is_alive():
+        thread.join(timeout=0.1)
+
+
+@contextlib.contextmanager
+def _signal_handlers(worker: Worker) -> Iterator[None]:
+    """SIGTERM/SIGINT: the first asks for a graceful stop, the second forces it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = 0
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            logger.info(
+                "Worker %s received %s: finishing running jobs, then stopping",
+                worker.worker_id,
+                signal.Signals(signum).name,
+            )
+            worker.stop()
+        else:
+            raise ForcedStop()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

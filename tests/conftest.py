@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connections
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {condition}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def engine() -> str:
+    return connections["default"].vendor
+
+
+class WorkerProcess:
+    """A real ``manage.py sqlq_worker`` subprocess whose output goes to a file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str]) -> None:
+        self.log = log
+        self._fh = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "sqlq_worker", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early ({self.proc.returncode}):\n{self.output()}")
+            return " ready" in self.output()
+
+        wait_for(ready, timeout)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker did not exit within {timeout}s:\n{self.output()}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self._fh.close()
+
+
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["SQLQ_TEST_USE_TEST_DB"] = "1"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+@pytest.fixture
+def spawn_worker(
+    tmp_path: Path, worker_env: dict[str, str]
+) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def spawn(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        log = tmp_path / f"worker-{len(started)}.log"
+        worker = WorkerProcess(list(args), log, {**worker_env, **(env or {})})
+        started.append(worker)
+        return worker
+
+    yield spawn
+    for worker in started:
+        worker.stop()

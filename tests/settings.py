@@ -1,0 +1,109 @@
+"""One settings module for the whole suite. ``SQLQ_TEST_ENGINE`` picks the engine:
+``sqlite`` (a file in WAL mode, the default) or ``postgresql``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+ENGINE = os.environ.get("SQLQ_TEST_ENGINE", "sqlite")
+BASE_DIR = Path(__file__).resolve().parent
+# Each test run (and each xdist worker) gets its own directory for SQLite files.
+RUN_DIR = Path(
+    os.environ.setdefault("SQLQ_TEST_RUN_DIR", tempfile.mkdtemp(prefix="sqlq-tests-"))
+)
+
+SECRET_KEY = "tests-only-not-secret"  # noqa: S105
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+if ENGINE == "postgresql":
+    _pg = {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": os.environ.get("SQLQ_TEST_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("SQLQ_TEST_PG_PORT", "5432"),
+        "USER": os.environ.get("SQLQ_TEST_PG_USER", "root"),
+        "PASSWORD": os.environ.get("SQLQ_TEST_PG_PASSWORD", ""),
+    }
+    _db = os.environ.get("SQLQ_TEST_PG_DB", "test")
+    DATABASES = {
+        "default": {**_pg, "NAME": _db, "TEST": {"NAME": "test_sqlq"}},
+        "other": {**_pg, "NAME": _db, "TEST": {"NAME": "test_sqlq_other"}},
+    }
+elif ENGINE == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(RUN_DIR / "default.sqlite3"),
+            "TEST": {"NAME": str(RUN_DIR / "test_default.sqlite3")},
+        },
+        "other": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(RUN_DIR / "other.sqlite3"),
+            "TEST": {"NAME": str(RUN_DIR / "test_other.sqlite3")},
+        },
+    }
+else:  # pragma: no cover
+    raise RuntimeError(f"SQLQ_TEST_ENGINE must be sqlite or postgresql, not {ENGINE!r}")
+
+if os.environ.get("SQLQ_TEST_USE_TEST_DB"):
+    # Worker processes started by the tests talk to the databases the test run created.
+    for _alias in DATABASES.values():
+        _alias["NAME"] = _alias["TEST"]["NAME"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_sqlq",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+SQLQ = {
+    "QUEUES": ["default", "emails", "reports"],
+    "LEASE_SECONDS": float(os.environ.get("SQLQ_TEST_LEASE_SECONDS", "30")),
+    "POLL_INTERVAL": 0.05,
+    "RETRY_BACKOFF_BASE": 0.0,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_sqlq": {"handlers": ["console"], "level": "INFO"}},
+}
+
+DATABASE_ROUTERS = ["tests.routers.OtherDatabaseRouter"]

@@ -1,0 +1,297 @@
+"""The worker, driven in-process: outcomes, retries, priorities, schedules, leases."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+from django.utils import timezone
+
+from django_sqlq import enqueue, lifecycle
+from django_sqlq.conf import get_settings
+from django_sqlq.models import Job, JobStatus, WorkerProcess
+from django_sqlq.worker import Worker
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_burst(**kwargs) -> Worker:
+    worker = Worker(**kwargs)
+    worker.run(burst=True, install_signal_handlers=False)
+    return worker
+
+
+def test_success_stores_the_result():
+    job = enqueue("tests.add", {"a": 2, "b": 3})
+    run_burst()
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+    assert job.result == 5
+    assert job.attempts == 1
+    assert job.completed_at is not None
+    assert job.lease_expires_at is None
+    assert job.last_error == ""
+
+
+def test_async_handler_runs():
+    job = enqueue("tests.async_add", {"a": 1, "b": 1})
+    run_burst()
+    job.refresh_from_db()
+    assert (job.status, job.result) == (JobStatus.COMPLETED, 2)
+
+
+def test_exception_retries_then_fails_with_type_message_and_traceback():
+    job = enqueue("tests.boom", {"why": "bad input"}, max_attempts=3)
+    run_burst(backoff=lambda attempts: 0.0)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert job.attempts == 3
+    assert job.last_error.startswith("tests.testapp.jobs.Boom: it went boom: bad input")
+    assert "Traceback (most recent call last)" in job.last_error
+    assert 'raise Boom(f"it went boom' in job.last_error
+    assert [entry["attempt"] for entry in job.errors] == [1, 2, 3]
+    assert all(e["exception_class"] == "tests.testapp.jobs.Boom" for e in job.errors)
+    assert job.completed_at is not None
+
+
+def test_backoff_pushes_the_retry_out_by_the_injected_clock():
+    now = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    job = enqueue("tests.boom", run_at=now - timedelta(seconds=1), max_attempts=3)
+    worker = Worker(clock=lambda: now, backoff=lambda attempts: 10.0 * attempts)
+    worker.run(burst=True, install_signal_handlers=False)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    assert job.attempts == 1
+    assert job.scheduled_at == now + timedelta(seconds=10)
+    # Not runnable yet at "now"; runnable 10 s later, and then retried with a longer wait.
+    assert run_burst(clock=lambda: now + timedelta(seconds=9)).jobs_claimed == 0
+    later = now + timedelta(seconds=10)
+    run_burst(clock=lambda: later, backoff=lambda attempts: 10.0 * attempts)
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 2)
+    assert job.scheduled_at == later + timedelta(seconds=20)
+
+
+def test_default_backoff_is_exponential_capped_and_jittered():
+    conf = get_settings()
+    with override_settings(SQLQ={"RETRY_BACKOFF_BASE": 2.0, "RETRY_BACKOFF_MAX": 100.0}):
+        conf = get_settings()
+        assert lifecycle.backoff_seconds(1, conf, rand=lambda: 0.5) == 2.0
+        assert lifecycle.backoff_seconds(3, conf, rand=lambda: 0.5) == 8.0
+        assert lifecycle.backoff_seconds(20, conf, rand=lambda: 0.5) == 100.0
+        assert lifecycle.backoff_seconds(3, conf, rand=lambda: 0.0) == 6.0
+        assert lifecycle.backoff_seconds(3, conf, rand=lambda: 1.0) == 10.0
+
+
+def constant_backoff(attempts: int) -> float:
+    return 42.0
+
+
+def test_dotted_path_backoff_policy():
+    with override_settings(SQLQ={"RETRY_BACKOFF": "tests.test_worker.constant_backoff"}):
+        assert lifecycle.backoff_seconds(7, get_settings()) == 42.0
+
+
+def test_job_without_handler_fails_naming_the_type_and_worker_goes_on():
+    missing = enqueue("nobody.handles.this", max_attempts=1)
+    fine = enqueue("tests.noop")
+    run_burst()
+    missing.refresh_from_db()
+    fine.refresh_from_db()
+    assert missing.status == JobStatus.FAILED
+    assert "nobody.handles.this" in missing.last_error
+    assert "UnknownHandlerError" in missing.last_error
+    assert fine.status == JobStatus.COMPLETED
+
+
+def test_dotted_path_to_a_plain_function_is_never_called():
+    job = enqueue("tests.testapp.jobs.not_a_handler", max_attempts=1)
+    run_burst()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "No handler is registered" in job.last_error
+
+
+def test_result_json_cannot_hold_fails_the_job():
+    job = enqueue("tests.unserialisable_result", max_attempts=1)
+    run_burst()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "PayloadError" in job.last_error and "return value" in job.last_error
+
+
+def test_priority_order_then_schedule_then_id():
+    now = timezone.now()
+    low = enqueue("tests.echo", {"n": "low"}, priority=-5)
+    high_late = enqueue("tests.echo", {"n": "high_late"}, priority=10, run_at=now - timedelta(seconds=1))
+    high_early = enqueue("tests.echo", {"n": "high_early"}, priority=10, run_at=now - timedelta(seconds=5))
+    mid_a = enqueue("tests.echo", {"n": "mid_a"})
+    mid_b = enqueue("tests.echo", {"n": "mid_b"})
+    run_burst()
+    order = list(Job.objects.order_by("completed_at", "id").values_list("id", flat=True))
+    assert order == [high_early.pk, high_late.pk, mid_a.pk, mid_b.pk, low.pk]
+
+
+def test_claim_order_is_by_priority_then_schedule(django_assert_num_queries):
+    now = timezone.now()
+    a = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=3))
+    b = enqueue("tests.noop", priority=50)
+    c = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=9))
+    claimed = lifecycle.claim("default", queues=["default"], worker_id="w", limit=10, lease_seconds=30)
+    assert [job.id for job in claimed] == [b.pk, c.pk, a.pk]
+
+
+def test_run_at_and_delay_hold_the_job_back():
+    later = enqueue("tests.noop", delay=3600)
+    future = enqueue("tests.noop", run_at=timezone.now() + timedelta(days=1))
+    now_job = enqueue("tests.noop")
+    worker = run_burst()
+    assert worker.jobs_claimed == 1
+    assert Job.objects.get(pk=now_job.pk).status == JobStatus.COMPLETED
+    assert Job.objects.get(pk=later.pk).status == JobStatus.PENDING
+    assert Job.objects.get(pk=future.pk).status == JobStatus.PENDING
+    # With a clock a day ahead, both are due.
+    run_burst(clock=lambda: timezone.now() + timedelta(days=1, seconds=1))
+    assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 3
+
+
+def test_queue_selection():
+    email = enqueue("tests.noop", queue="emails")
+    report = enqueue("tests.noop", queue="reports")
+    default = enqueue("tests.noop")
+    run_burst(queues=["emails"])
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses == {
+        email.pk: JobStatus.COMPLETED,
+        report.pk: JobStatus.PENDING,
+        default.pk: JobStatus.PENDING,
+    }
+    run_burst(queues=["reports", "default"])
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.COMPLETED}
+
+
+def test_max_jobs_stops_after_n():
+    for _ in range(5):
+        enqueue("tests.noop")
+    worker = run_burst(max_jobs=2)
+    assert worker.jobs_done == 2
+    assert Job.objects.filter(status=JobStatus.PENDING).count() == 3
+
+
+def test_concurrency_runs_jobs_at_once(tmp_path):
+    # Two jobs that each wait for the other to have started: only concurrency 2 finishes them
+    # before their max_seconds.
+    files = {n: tmp_path / f"started-{n}" for n in (0, 1)}
+    for n in (0, 1):
+        enqueue(
+            "tests.sleep_then_record",
+            {"n": n, "started": str(files[n]), "release": str(files[1 - n]),
+             "path": str(tmp_path / "log"), "max_seconds": 20},
+        )  # fmt: skip
+    worker = Worker(concurrency=2)
+    thread = threading.Thread(target=worker.run, kwargs={"burst": True, "install_signal_handlers": False})
+    thread.start()
+    wait_for(lambda: all(f.exists() for f in files.values()), timeout=20)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 2
+
+
+def test_expired_lease_goes_back_to_pending_and_counts_as_an_attempt():
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    job = enqueue("tests.noop", run_at=now, max_attempts=2)
+    claimed = lifecycle.claim("default", queues=None, worker_id="dead", limit=1, lease_seconds=5, now=now)
+    assert [c.id for c in claimed] == [job.pk]
+    assert lifecycle.reap("default", now=now + timedelta(seconds=4)) == []
+    reaped = lifecycle.reap("default", now=now + timedelta(seconds=6))
+    assert reaped == [(job.pk, "tests.noop", "pending", 1)]
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    assert "Lease expired: worker dead" in job.last_error
+    assert job.errors[-1]["worker_id"] == "dead"
+    # The second attempt is also lost: attempts are spent, so the job fails.
+    lifecycle.claim("default", queues=None, worker_id="dead2", limit=1, lease_seconds=5, now=now)
+    assert lifecycle.reap("default", now=now + timedelta(seconds=6))[0][2] == "failed"
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.FAILED, 2)
+
+
+def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
+    from django_sqlq.db.base import Finished
+
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    job = enqueue("tests.noop", run_at=now)
+    stale = lifecycle.claim("default", queues=None, worker_id="stale", limit=1, lease_seconds=5, now=now)[0]
+    lifecycle.reap("default", now=now + timedelta(seconds=10))
+    fresh = lifecycle.claim("default", queues=None, worker_id="fresh", limit=1, lease_seconds=5, now=now)[0]
+    assert fresh.attempts == 2
+    # The stale worker wakes up and tries to finish: refused.
+    assert lifecycle.complete("default", [Finished(stale.id, stale.attempts, "stale")], worker_id="stale") == []
+    error = lifecycle.ErrorInfo("X", "stale failure", "")
+    assert lifecycle.fail_or_retry("default", stale, error, worker_id="stale", retry_in=0) is None
+    assert lifecycle.extend_leases("default", worker_id="stale", lease_seconds=60) == 0
+    assert lifecycle.complete("default", [Finished(fresh.id, fresh.attempts, "fresh")], worker_id="fresh") == [job.pk]
+    job.refresh_from_db()
+    assert (job.status, job.result, job.locked_by) == (JobStatus.COMPLETED, "fresh", "fresh")
+
+
+def test_release_gives_back_without_counting_the_attempt():
+    job = enqueue("tests.noop")
+    lifecycle.claim("default", queues=None, worker_id="w", limit=1, lease_seconds=30)
+    assert lifecycle.release("default", [job.pk], worker_id="w") == 1
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.locked_by) == (JobStatus.PENDING, 0, "")
+
+
+def test_heartbeat_extends_all_leases_in_one_statement(django_assert_num_queries):
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    for _ in range(3):
+        enqueue("tests.noop", run_at=now)
+    lifecycle.claim("default", queues=None, worker_id="w", limit=3, lease_seconds=5, now=now)
+    with django_assert_num_queries(1):
+        extended = lifecycle.extend_leases("default", worker_id="w", lease_seconds=60, now=now)
+    assert extended == 3
+    assert set(Job.objects.values_list("lease_expires_at", flat=True)) == {now + timedelta(seconds=60)}
+
+
+def test_worker_records_itself():
+    enqueue("tests.noop")
+    worker = run_burst(worker_id="host:1:test")
+    record = WorkerProcess.objects.get(worker_id="host:1:test")
+    assert record.stopped_at is not None
+    assert record.jobs_done == worker.jobs_done == 1
+
+
+def test_stop_from_another_thread_lets_the_running_job_finish(tmp_path):
+    started, release = tmp_path / "started", tmp_path / "release"
+    job = enqueue(
+        "tests.sleep_then_record",
+        {"n": 1, "started": str(started), "release": str(release), "path": str(tmp_path / "log")},
+    )
+    queued = enqueue("tests.noop")
+    worker = Worker(concurrency=1)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    wait_for(started.exists)
+    worker.stop()
+    release.touch()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
+    assert Job.objects.get(pk=queued.pk).status == JobStatus.PENDING
+
+
+def test_command_runs_in_burst_mode():
+    job = enqueue("tests.add", {"a": 1, "b": 2})
+    call_command("sqlq_worker", burst=True, verbosity=0)
+    job.refresh_from_db()
+    assert job.result == 3
+
+
+def test_command_rejects_unknown_queue():
+    with pytest.raises(CommandError, match="Unknown queue"):
+        call_command("sqlq_worker", "--queue", "nope", "--burst")
