@@ -21,15 +21,26 @@ MAX_TYPE_LENGTH = 255
 
 
 @dataclass(frozen=True)
+class JobContext:
+    """What a handler registered with ``takes_context=True`` receives after the payload."""
+
+    job_id: int
+    type: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    worker_id: str
+
+
+@dataclass(frozen=True)
 class Handler:
-    """A registered job handler."""
+    """A registered job handler. ``func(payload)``, or ``func(payload, context)`` when
+    ``takes_context``."""
 
     name: str
     func: Callable[..., Any]
     timeout: float | None = None
-
-    def __call__(self, payload: Any) -> Any:
-        return self.func(payload)
+    takes_context: bool = False
 
 
 # A resolver turns a job type that no @handler claims into a Handler (the tasks backend
@@ -55,14 +66,20 @@ def validate_type_name(name: object) -> str:
     return name
 
 
-def register(func: Callable[..., Any], name: str | None = None, *, timeout: float | None = None) -> Handler:
+def register(
+    func: Callable[..., Any],
+    name: str | None = None,
+    *,
+    timeout: float | None = None,
+    takes_context: bool = False,
+) -> Handler:
     """Register ``func`` under ``name`` (default: its dotted path) and return the Handler."""
     if not callable(func):
         raise TypeError(f"@handler needs a callable, got {func!r}.")
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise InvalidJobError(f"A handler timeout must be a positive number of seconds, got {timeout!r}.")
     name = validate_type_name(name if name is not None else dotted_path(func))
-    spec = Handler(name=name, func=func, timeout=timeout)
+    spec = Handler(name=name, func=func, timeout=timeout, takes_context=takes_context)
     with _lock:
         existing = _handlers.get(name)
         if existing is not None and dotted_path(existing.func) != dotted_path(func):
@@ -81,22 +98,25 @@ def register(func: Callable[..., Any], name: str | None = None, *, timeout: floa
 @overload
 def handler(name: F) -> F: ...
 @overload
-def handler(name: str | None = None, *, timeout: float | None = None) -> Callable[[F], F]: ...
+def handler(
+    name: str | None = None, *, timeout: float | None = None, takes_context: bool = False
+) -> Callable[[F], F]: ...
 
 
-def handler(name: Any = None, *, timeout: float | None = None) -> Any:
+def handler(name: Any = None, *, timeout: float | None = None, takes_context: bool = False) -> Any:
     """Register a job handler.
 
     ``@handler("send_email")`` names it; ``@handler()`` (or bare ``@handler``) names it by its
     dotted path. ``timeout`` (seconds) is the default per-job time limit for this type.
-    The function is returned unchanged.
+    ``takes_context=True`` passes a :class:`JobContext` (job id, attempt...) after the
+    payload. The function is returned unchanged.
     """
     if callable(name):
         register(name)
         return name
 
     def decorator(func: F) -> F:
-        register(func, name, timeout=timeout)
+        register(func, name, timeout=timeout, takes_context=takes_context)
         return func
 
     return decorator

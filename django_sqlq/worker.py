@@ -396,7 +396,19 @@ class Worker:
         try:
             handler = registry.get(job.type)
             payload = ops_for(self.database).decode_json(job.payload)
-            result = _invoke(handler.func, payload, job.timeout)
+            args: tuple[Any, ...] = (payload,)
+            if handler.takes_context:
+                args += (
+                    registry.JobContext(
+                        job_id=job.id,
+                        type=job.type,
+                        queue=job.queue,
+                        attempt=job.attempts,
+                        max_attempts=job.max_attempts,
+                        worker_id=self.worker_id,
+                    ),
+                )
+            result = _invoke(handler.func, args, job.timeout)
             encode_json(result, what="handler's return value")
         except BaseException as exc:  # noqa: BLE001 - a handler must never kill the worker
             _reset_connections_after_error()
@@ -497,9 +509,9 @@ class Worker:
             logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)
 
 
-def _invoke(func: Callable[..., Any], payload: Any, timeout: float | None) -> Any:
+def _invoke(func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> Any:
     if inspect.iscoroutinefunction(func):
-        coroutine = func(payload)
+        coroutine = func(*args)
         if timeout is not None:
             coroutine = asyncio.wait_for(coroutine, timeout)
         try:
@@ -507,11 +519,11 @@ def _invoke(func: Callable[..., Any], payload: Any, timeout: float | None) -> An
         except TimeoutError as exc:
             raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
     if timeout is None:
-        return func(payload)
-    return _call_with_timeout(func, payload, timeout)
+        return func(*args)
+    return _call_with_timeout(func, args, timeout)
 
 
-def _call_with_timeout(func: Callable[..., Any], payload: Any, timeout: float) -> Any:
+def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
     """Run ``func`` in a helper thread and give up waiting after ``timeout`` seconds.
 
     A thread cannot be killed: the abandoned call runs on, but its job is already failed
@@ -522,7 +534,7 @@ def _call_with_timeout(func: Callable[..., Any], payload: Any, timeout: float) -
 
     def target() -> None:
         try:
-            box["result"] = func(payload)
+            box["result"] = func(*args)
         except BaseException as exc:  # noqa: BLE001
             box["error"] = exc
         finally:

@@ -295,3 +295,10 @@ def test_command_runs_in_burst_mode():
 def test_command_rejects_unknown_queue():
     with pytest.raises(CommandError, match="Unknown queue"):
         call_command("sqlq_worker", "--queue", "nope", "--burst")
+
+
+def test_takes_context_gets_the_attempt():
+    job = enqueue("tests.with_context", queue="emails")
+    run_burst(queues=["emails"])
+    job.refresh_from_db()
+    assert job.result == {"attempt": 1, "job_id": job.pk, "queue": "emails"}

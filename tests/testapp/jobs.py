@@ -77,3 +77,8 @@ def unserialisable_result(payload: Any) -> object:
 @handler("tests.async_add")
 async def async_add(payload: dict[str, int]) -> int:
     return payload["a"] + payload["b"]
+
+
+@handler("tests.with_context", takes_context=True)
+def with_context(payload: Any, context: Any) -> dict[str, Any]:
+    return {"attempt": context.attempt, "job_id": context.job_id, "queue": context.queue}
