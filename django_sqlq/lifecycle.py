@@ -88,10 +88,16 @@ def claim(
     limit: int,
     lease_seconds: float,
     now: datetime | None = None,
+    exclude_queues: Sequence[str] = (),
 ) -> list[ClaimedJob]:
     """pending -> processing for up to ``limit`` runnable jobs, in one statement."""
     return ops_for(alias).claim(
-        queues=queues, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now
+        queues=queues,
+        worker_id=worker_id,
+        limit=limit,
+        lease_seconds=lease_seconds,
+        now=now,
+        exclude_queues=exclude_queues,
     )
 
 

@@ -41,6 +41,12 @@ class Handler:
     func: Callable[..., Any]
     timeout: float | None = None
     takes_context: bool = False
+    # Called by the worker, in the runner thread: before the handler runs, and after its
+    # outcome is written ("completed", "pending" for a retry, or "failed"; the result or the
+    # ErrorInfo). Exceptions from hooks are logged, never fatal. The tasks backend's signals
+    # use them.
+    on_start: Callable[[JobContext], None] | None = None
+    on_finish: Callable[[JobContext, str, Any], None] | None = None
 
 
 # A resolver turns a job type that no @handler claims into a Handler (the tasks backend

@@ -71,6 +71,8 @@ class Worker:
         self,
         *,
         queues: Sequence[str] | None = None,
+        exclude_queues: Sequence[str] = (),
+        all_queues: bool = False,
         concurrency: int = 1,
         poll_interval: float | None = None,
         database: str | None = None,
@@ -84,10 +86,11 @@ class Worker:
         conf = settings or get_settings()
         self.conf = conf
         self.database = database or conf.DATABASE
-        # None serves every queue (the tasks backend's "*").
+        # None serves every queue (the tasks backend's "*"), less exclude_queues.
         self.queues: tuple[str, ...] | None = (
-            tuple(queues) if queues is not None else conf.QUEUES
+            None if all_queues else tuple(queues) if queues is not None else conf.QUEUES
         )
+        self.exclude_queues = tuple(exclude_queues)
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
@@ -200,6 +203,7 @@ class Worker:
                         limit=limit,
                         lease_seconds=self.lease_seconds,
                         now=self.now(),
+                        exclude_queues=self.exclude_queues,
                     )
                     failures = 0
                 except DatabaseError as exc:
@@ -312,15 +316,45 @@ class Worker:
         finally:
             connections.close_all()
 
+    def _context(self, job: ClaimedJob) -> registry.JobContext:
+        return registry.JobContext(
+            job_id=job.id,
+            type=job.type,
+            queue=job.queue,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            worker_id=self.worker_id,
+        )
+
+    def _hook(self, hook: Callable[..., None] | None, *args: Any) -> None:
+        if hook is None:
+            return
+        try:
+            hook(*args)
+        except Exception:
+            logger.exception("Worker %s: a handler hook raised", self.worker_id)
+
     def _process(self, job: ClaimedJob) -> None:
         self._running[job.id] = job
         started = time.monotonic()
         logger.info("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
+        handler: registry.Handler | None = None
         try:
-            outcome, value = self._call_handler(job)
+            try:
+                handler = registry.get(job.type)
+            except Exception as exc:
+                outcome, value = "failed", lifecycle.ErrorInfo.from_exception(exc)
+            else:
+                self._hook(handler.on_start, self._context(job))
+                outcome, value = self._call_handler(job, handler)
         finally:
             self._running.pop(job.id, None)
-        elapsed = time.monotonic() - started
+        status = self._record(job, outcome, value, time.monotonic() - started)
+        if status is not None and handler is not None:
+            self._hook(handler.on_finish, self._context(job), status, value)
+
+    def _record(self, job: ClaimedJob, outcome: str, value: Any, elapsed: float) -> str | None:
+        """Write the attempt's outcome. Returns the job's new status, or None if lost."""
         if outcome == "completed":
             written = self._with_retry(
                 "complete",
@@ -331,18 +365,18 @@ class Worker:
                     now=self.now(),
                 ),
             )
-            if written:
-                self.jobs_done += 1
-                logger.info(
-                    "Job id=%s type=%s completed in %.3fs attempt=%d",
-                    job.id,
-                    job.type,
-                    elapsed,
-                    job.attempts,
-                )
-            else:
+            if not written:
                 self._lost(job)
-            return
+                return None
+            self.jobs_done += 1
+            logger.info(
+                "Job id=%s type=%s completed in %.3fs attempt=%d",
+                job.id,
+                job.type,
+                elapsed,
+                job.attempts,
+            )
+            return JobStatus.COMPLETED
         error: lifecycle.ErrorInfo = value
         retry_in = self.backoff(job.attempts)
         status = self._with_retry(
@@ -358,7 +392,7 @@ class Worker:
         )
         if status is None:
             self._lost(job)
-            return
+            return None
         self.jobs_failed += 1
         if status == JobStatus.FAILED:
             logger.error(
@@ -381,6 +415,7 @@ class Worker:
                 error.message,
                 retry_in,
             )
+        return status
 
     def _lost(self, job: ClaimedJob) -> None:
         logger.warning(
@@ -391,23 +426,13 @@ class Worker:
             job.attempts,
         )
 
-    def _call_handler(self, job: ClaimedJob) -> tuple[str, Any]:
+    def _call_handler(self, job: ClaimedJob, handler: registry.Handler) -> tuple[str, Any]:
         """Run the handler. Returns ("completed", result) or ("failed", ErrorInfo)."""
         try:
-            handler = registry.get(job.type)
             payload = ops_for(self.database).decode_json(job.payload)
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
-                args += (
-                    registry.JobContext(
-                        job_id=job.id,
-                        type=job.type,
-                        queue=job.queue,
-                        attempt=job.attempts,
-                        max_attempts=job.max_attempts,
-                        worker_id=self.worker_id,
-                    ),
-                )
+                args += (self._context(job),)
             result = _invoke(handler.func, args, job.timeout)
             encode_json(result, what="handler's return value")
         except BaseException as exc:  # noqa: BLE001 - a handler must never kill the worker

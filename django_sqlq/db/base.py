@@ -98,10 +98,11 @@ class QueueOps:
         limit: int,
         lease_seconds: float,
         now: datetime | None = None,
+        exclude_queues: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` runnable jobs in one ``UPDATE ... RETURNING``.
 
-        ``queues=None`` serves every queue. Returned in claim order.
+        ``queues=None`` serves every queue but ``exclude_queues``. Returned in claim order.
         """
         if limit < 1:
             return []
@@ -112,6 +113,10 @@ class QueueOps:
         else:
             in_sql, queue_params = self.in_list_sql("queue", queues)
             queue_sql = f"AND {in_sql} "
+        if exclude_queues:
+            not_sql, not_params = self.in_list_sql("queue", exclude_queues)
+            queue_sql += f"AND NOT {not_sql} "
+            queue_params = [*queue_params, *not_params]
         sql = (
             f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
             f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
