@@ -124,16 +124,21 @@ def test_result_json_cannot_hold_fails_the_job():
     assert "PayloadError" in job.last_error and "return value" in job.last_error
 
 
-def test_priority_order_then_schedule_then_id():
+def test_priority_order_then_schedule_then_id(tmp_path):
+    log = tmp_path / "ran"
     now = timezone.now()
-    low = enqueue("tests.echo", {"n": "low"}, priority=-5)
-    high_late = enqueue("tests.echo", {"n": "high_late"}, priority=10, run_at=now - timedelta(seconds=1))
-    high_early = enqueue("tests.echo", {"n": "high_early"}, priority=10, run_at=now - timedelta(seconds=5))
-    mid_a = enqueue("tests.echo", {"n": "mid_a"})
-    mid_b = enqueue("tests.echo", {"n": "mid_b"})
+
+    def job(name, **options):
+        return enqueue("tests.record", {"n": name, "path": str(log)}, **options)
+
+    job("low", priority=-5)
+    job("high_late", priority=10, run_at=now - timedelta(seconds=1))
+    job("high_early", priority=10, run_at=now - timedelta(seconds=5))
+    job("mid_a")
+    job("mid_b")
     run_burst()
-    order = list(Job.objects.order_by("completed_at", "id").values_list("id", flat=True))
-    assert order == [high_early.pk, high_late.pk, mid_a.pk, mid_b.pk, low.pk]
+    ran = [line.split()[0] for line in log.read_text().splitlines()]
+    assert ran == ["high_early", "high_late", "mid_a", "mid_b", "low"]
 
 
 def test_claim_order_is_by_priority_then_schedule(django_assert_num_queries):
