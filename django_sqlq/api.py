@@ -12,8 +12,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import DateTimeField, ExpressionWrapper
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_sqlq import registry
@@ -120,10 +118,8 @@ def _options(
     if isinstance(scheduled, datetime):
         fields["scheduled_at"] = scheduled
     elif scheduled is not None:
-        # The database's clock, so that web hosts with skewed clocks agree with the workers.
-        fields["scheduled_at"] = ExpressionWrapper(
-            Now() + timedelta(seconds=scheduled), output_field=DateTimeField()
-        )
+        # Added to the database's clock when the row is written, so that web hosts with
+        # skewed clocks agree with the workers.
         fields["_delay_seconds"] = scheduled
     return fields
 
@@ -141,26 +137,24 @@ def _caller_alias(queue_alias: str, using: str | None) -> str | None:
 
 
 def _write(queue_alias: str, jobs: list[Job], delay_seconds: float | None = None) -> None:
-    if len(jobs) == 1:
-        jobs[0].save(using=queue_alias, force_insert=True)
-    else:
-        _insert_many(queue_alias, jobs, delay_seconds)
-    ops_for(queue_alias).notify(sorted({job.queue for job in jobs}))
-
-
-def _insert_many(queue_alias: str, jobs: list[Job], delay_seconds: float | None) -> None:
-    """One INSERT ... SELECT for all the jobs (they share every field but the payload)."""
+    """Insert the jobs with one statement per chunk. On PostgreSQL the same statement sends
+    the NOTIFY that wakes idle workers when the transaction commits."""
+    ops = ops_for(queue_alias)
     first = jobs[0]
-    scheduled = first.scheduled_at if isinstance(first.scheduled_at, datetime) else None
     fields = {
         "queue": first.queue,
         "type": first.type,
         "priority": first.priority,
         "max_attempts": first.max_attempts,
         "timeout": first.timeout,
-        "scheduled_at": scheduled,
+        "scheduled_at": first.scheduled_at if isinstance(first.scheduled_at, datetime) else None,
     }
-    ops = ops_for(queue_alias)
+    if len(jobs) == 1:
+        row = ops.insert_one(
+            payload=encode_json(first.payload), fields=fields, delay_seconds=delay_seconds
+        )
+        _saved(first, row, queue_alias)
+        return
     for start in range(0, len(jobs), BULK_CHUNK):
         chunk = jobs[start : start + BULK_CHUNK]
         rows = ops.insert_many(
@@ -168,12 +162,16 @@ def _insert_many(queue_alias: str, jobs: list[Job], delay_seconds: float | None)
             fields=fields,
             delay_seconds=delay_seconds,
         )
-        for job, (pk, scheduled_at, created_at) in zip(chunk, rows, strict=True):
-            job.pk = pk
-            job.scheduled_at = scheduled_at
-            job.created_at = job.updated_at = created_at
-            job._state.adding = False
-            job._state.db = queue_alias
+        for job, row in zip(chunk, rows, strict=True):
+            _saved(job, row, queue_alias)
+
+
+def _saved(job: Job, row: tuple[int, Any, Any], alias: str) -> None:
+    """Fill in what the database chose, as if the ORM had saved the instance."""
+    job.pk, job.scheduled_at, job.created_at = row
+    job.updated_at = job.created_at
+    job._state.adding = False
+    job._state.db = alias
 
 
 def _submit(
@@ -226,9 +224,9 @@ def enqueue(
         max_attempts=max_attempts,
         timeout=timeout,
     )
-    fields.pop("_delay_seconds", None)
+    delay_seconds = fields.pop("_delay_seconds", None)
     job = Job(payload=payload, **fields)
-    _submit(conf.DATABASE, [job], using)
+    _submit(conf.DATABASE, [job], using, delay_seconds)
     return job
 
 

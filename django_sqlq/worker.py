@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError, connections
 from django.db.models.functions import Now
@@ -51,6 +51,14 @@ Clock = Callable[[], datetime]
 
 _STOP = object()  # tells a runner thread to exit
 
+# Completions are written in batches of up to FLUSH_BATCH, at most FLUSH_INTERVAL seconds
+# after the first of them finished.
+FLUSH_BATCH = 100
+FLUSH_INTERVAL = 0.01
+# Fast jobs are claimed ahead, up to MAX_PREFETCH or about PREFETCH_WINDOW seconds of work.
+MAX_PREFETCH = 100
+PREFETCH_WINDOW = 0.05
+
 
 class WorkerError(SQLQError, RuntimeError):
     """The worker cannot start (for example: the jobs table does not exist)."""
@@ -62,6 +70,58 @@ class ForcedStop(BaseException):
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _Done(NamedTuple):
+    job: ClaimedJob
+    result: Any
+    handler: registry.Handler
+    elapsed: float
+
+
+class _ChangeWatch:
+    """Tells an idle worker that the jobs table may have changed, cheaply.
+
+    SQLite: ``PRAGMA data_version`` moves when any other connection commits; checked every
+    ``interval`` seconds. PostgreSQL: a LISTEN connection in a thread wakes the worker when
+    an enqueue commits (see db.postgresql.listen). Either way, polling the table every
+    ``poll_interval`` remains the fallback (for scheduled jobs coming due and for lost
+    notifications).
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.flag = threading.Event()
+        self.ops = ops_for(worker.database)
+        self.interval = self.ops.change_check_interval(worker.poll_interval)
+        self.last = self._version()
+        self.listener = self.ops.listen(
+            queues=worker.queues,
+            wake=self._notified,
+            stop=worker.stop_event,
+            logger=logger,
+        )
+
+    def _notified(self) -> None:
+        self.flag.set()
+        self.worker.wake()
+
+    def _version(self) -> Any:
+        try:
+            return self.ops.data_version()
+        except DatabaseError:
+            return None
+
+    def seen(self) -> bool:
+        """True once after something changed since the last call."""
+        if self.flag.is_set():
+            self.flag.clear()
+            return True
+        version = self._version()
+        if version is not None and version != self.last:
+            self.last = version
+            return True
+        return False
 
 
 class Worker:
@@ -107,6 +167,10 @@ class Worker:
         self._busy = 0  # claimed and not yet finished (queued or running)
         self._busy_lock = threading.Lock()
         self._running: dict[int, ClaimedJob] = {}
+        self._done: list[_Done] = []  # completed attempts not yet written
+        self._done_since = 0.0
+        self._done_lock = threading.Lock()
+        self._avg_runtime: float | None = None
         self.jobs_done = 0
         self.jobs_failed = 0
         self.jobs_claimed = 0
@@ -163,10 +227,12 @@ class Worker:
                         self._inbox.put(_STOP)
                     for thread in runners:
                         _join(thread)
+                    self._flush(force=True)
         except ForcedStop:
             forced = True
             self.forced = True
             self._release_unstarted()
+            self._flush(force=True)  # finished jobs are never lost
             logger.warning(
                 "Worker %s forced to stop: %d running job(s) left to lease expiry",
                 self.worker_id,
@@ -187,14 +253,15 @@ class Worker:
 
     def _loop(self, *, burst: bool) -> None:
         failures = 0
+        last_claim = 0.0
+        queue_may_have_more = True
+        changes = _ChangeWatch(self)
         while not self.stop_event.is_set():
-            limit = self._free_slots()
-            if self.max_jobs is not None:
-                limit = min(limit, self.max_jobs - self.jobs_claimed)
-                if limit <= 0 and self._busy == 0:
-                    return
-            claimed: list[ClaimedJob] = []
-            if limit > 0:
+            self._flush(force=False)
+            limit = self._claim_limit()
+            idle = self._busy == 0 and not self._done
+            due = time.monotonic() - last_claim >= self.poll_interval
+            if limit > 0 and (queue_may_have_more or idle and burst or due or changes.seen()):
                 try:
                     claimed = lifecycle.claim(
                         self.database,
@@ -210,21 +277,90 @@ class Worker:
                     failures += 1
                     self._database_trouble("claim", exc, failures)
                     continue
-                for job in claimed:
-                    with self._busy_lock:
-                        self._busy += 1
-                    self.jobs_claimed += 1
-                    self._inbox.put(job)
+                last_claim = time.monotonic()
+                queue_may_have_more = len(claimed) == limit
                 if claimed:
+                    with self._busy_lock:
+                        self._busy += len(claimed)
+                    self.jobs_claimed += len(claimed)
+                    for job in claimed:
+                        self._inbox.put(job)
                     continue
-            if burst and not claimed and self._busy == 0:
+                if burst and idle:
+                    return  # nothing runnable, nothing running, nothing left to write
+            if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
                 return
-            self._wake.wait(self.poll_interval)
+            self._wake.wait(self._wait_time(last_claim, changes))
             self._wake.clear()
 
-    def _free_slots(self) -> int:
+    def _claim_limit(self) -> int:
+        """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast
+        (so that one statement claims many), refilled at half capacity."""
         with self._busy_lock:
-            return self.concurrency - self._busy
+            in_hand = self._busy
+        capacity = self.concurrency + self._prefetch()
+        free = capacity - in_hand
+        if in_hand and free < (capacity + 1) // 2:
+            free = 0
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self.jobs_claimed)
+        return max(free, 0)
+
+    def _prefetch(self) -> int:
+        """Extra jobs held ready beyond the running ones: about PREFETCH_WINDOW seconds of
+        work at the recent pace, none while jobs take long (they would wait in line)."""
+        if self._avg_runtime is None:
+            return 0
+        return min(MAX_PREFETCH, int(PREFETCH_WINDOW / max(self._avg_runtime, 1e-4)))
+
+    def _wait_time(self, last_claim: float, changes: _ChangeWatch) -> float:
+        wait = max(0.0, self.poll_interval - (time.monotonic() - last_claim))
+        if self._done:
+            wait = min(wait, max(0.0, self._done_since + FLUSH_INTERVAL - time.monotonic()))
+        return min(wait, changes.interval)
+
+    def _flush(self, *, force: bool) -> None:
+        """Write buffered completions in one statement: when many have gathered, when the
+        oldest has waited FLUSH_INTERVAL, when nothing else is running, or when forced."""
+        with self._done_lock:
+            if not self._done:
+                return
+            if not (
+                force
+                or len(self._done) >= FLUSH_BATCH
+                or self._busy == 0
+                or time.monotonic() - self._done_since >= FLUSH_INTERVAL
+            ):
+                return
+            batch, self._done = self._done, []
+        written = set(
+            self._with_retry(
+                "complete",
+                lambda: lifecycle.complete(
+                    self.database,
+                    [Finished(item.job.id, item.job.attempts, item.result) for item in batch],
+                    worker_id=self.worker_id,
+                    now=self.now(),
+                ),
+            )
+        )
+        for item in batch:
+            job = item.job
+            if job.id not in written:
+                self._lost(job)
+                continue
+            self.jobs_done += 1
+            logger.info(
+                "Job id=%s type=%s completed in %.3fs attempt=%d",
+                job.id,
+                job.type,
+                item.elapsed,
+                job.attempts,
+            )
+            if item.handler.on_finish is not None:
+                self._hook(
+                    item.handler.on_finish, self._context(job), JobStatus.COMPLETED, item.result
+                )
 
     def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
         """Log a database error, drop the connection if it is broken, and back off."""
@@ -312,7 +448,11 @@ class Worker:
                 finally:
                     with self._busy_lock:
                         self._busy -= 1
-                    self._wake.set()
+                        busy = self._busy
+                    # Wake the main thread when there is something for it to do: room to
+                    # claim, a batch to write, or a first completion to schedule a flush for.
+                    if busy <= self.concurrency or len(self._done) in (1, FLUSH_BATCH):
+                        self._wake.set()
         finally:
             connections.close_all()
 
@@ -337,7 +477,7 @@ class Worker:
     def _process(self, job: ClaimedJob) -> None:
         self._running[job.id] = job
         started = time.monotonic()
-        logger.info("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
+        logger.debug("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
         handler: registry.Handler | None = None
         try:
             try:
@@ -349,35 +489,23 @@ class Worker:
                 outcome, value = self._call_handler(job, handler)
         finally:
             self._running.pop(job.id, None)
-        status = self._record(job, outcome, value, time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        self._avg_runtime = (
+            elapsed if self._avg_runtime is None else 0.8 * self._avg_runtime + 0.2 * elapsed
+        )
+        if outcome == "completed" and handler is not None:
+            # Completions are written in batches by the main thread (see _flush).
+            with self._done_lock:
+                if not self._done:
+                    self._done_since = time.monotonic()
+                self._done.append(_Done(job, value, handler, elapsed))
+            return
+        status = self._record_failure(job, value)
         if status is not None and handler is not None:
             self._hook(handler.on_finish, self._context(job), status, value)
 
-    def _record(self, job: ClaimedJob, outcome: str, value: Any, elapsed: float) -> str | None:
-        """Write the attempt's outcome. Returns the job's new status, or None if lost."""
-        if outcome == "completed":
-            written = self._with_retry(
-                "complete",
-                lambda: lifecycle.complete(
-                    self.database,
-                    [Finished(job.id, job.attempts, value)],
-                    worker_id=self.worker_id,
-                    now=self.now(),
-                ),
-            )
-            if not written:
-                self._lost(job)
-                return None
-            self.jobs_done += 1
-            logger.info(
-                "Job id=%s type=%s completed in %.3fs attempt=%d",
-                job.id,
-                job.type,
-                elapsed,
-                job.attempts,
-            )
-            return JobStatus.COMPLETED
-        error: lifecycle.ErrorInfo = value
+    def _record_failure(self, job: ClaimedJob, error: lifecycle.ErrorInfo) -> str | None:
+        """Write a failed attempt at once. Returns the job's new status, or None if lost."""
         retry_in = self.backoff(job.attempts)
         status = self._with_retry(
             "fail",

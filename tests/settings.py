@@ -29,9 +29,12 @@ if ENGINE == "postgresql":
         "PASSWORD": os.environ.get("SQLQ_TEST_PG_PASSWORD", ""),
     }
     _db = os.environ.get("SQLQ_TEST_PG_DB", "test")
+    # A name per test run, so that runs in parallel (two developers, two matrix entries)
+    # never drop each other's databases. Worker subprocesses inherit it through the env.
+    _run = os.environ.setdefault("SQLQ_TEST_RUN_ID", f"{os.getpid()}")
     DATABASES = {
-        "default": {**_pg, "NAME": _db, "TEST": {"NAME": "test_sqlq"}},
-        "other": {**_pg, "NAME": _db, "TEST": {"NAME": "test_sqlq_other"}},
+        "default": {**_pg, "NAME": _db, "TEST": {"NAME": f"test_sqlq_{_run}"}},
+        "other": {**_pg, "NAME": _db, "TEST": {"NAME": f"test_sqlq_other_{_run}"}},
     }
 elif ENGINE == "sqlite":
     DATABASES = {

@@ -10,7 +10,9 @@ hosts with skewed clocks agree), a datetime means an injected clock (tests).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -153,26 +155,63 @@ class QueueOps:
     def complete(
         self, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
     ) -> list[int]:
-        """Mark attempts completed; returns the ids this worker still held (fenced)."""
-        done: list[int] = []
+        """Mark many attempts completed in one statement. Returns the ids written: an
+        attempt this worker no longer held (its lease ran out) is fenced out."""
         if not finished:
-            return done
+            return []
         clock = self.clock(now)
         now_sql = self.now_sql()
+        source, columns, source_params = self.finished_rows_sql(finished)
         sql = (
-            f"UPDATE {self.table} SET status = 'completed', result = {self.json_param_sql()}, "
+            f"UPDATE {self.table} SET status = 'completed', result = {columns['result']}, "
             f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
-            f"WHERE id = %s AND status = 'processing' AND locked_by = %s AND attempts = %s "
-            f"RETURNING id"
+            f"FROM {source} "
+            f"WHERE {self.table}.id = {columns['id']} "
+            f"AND {self.table}.attempts = {columns['attempt']} "
+            f"AND {self.table}.status = 'processing' AND {self.table}.locked_by = %s "
+            f"RETURNING {self.table}.id"
         )
         with self.connection.cursor() as cursor:
-            for item in finished:
-                result = None if item.result is None else json.dumps(item.result)
-                cursor.execute(sql, [result, clock, clock, item.id, worker_id, item.attempt])
-                row = cursor.fetchone()
-                if row is not None:
-                    done.append(row[0])
-        return done
+            cursor.execute(sql, [clock, clock, *source_params, worker_id])
+            return [row[0] for row in cursor.fetchall()]
+
+    def finished_rows_sql(
+        self, finished: Sequence[Finished]
+    ) -> tuple[str, dict[str, str], list[Any]]:
+        """A FROM item with one row (id, attempt, result) per finished attempt."""
+        raise NotImplementedError
+
+    def insert_one(self, *, payload: str, fields: dict[str, Any], delay_seconds: float | None) -> tuple[int, Any, Any]:
+        """Insert one job (and wake workers on commit, where the engine can). Returns
+        (id, scheduled_at, created_at)."""
+        now_sql, later_sql = self.now_sql(), self.later_sql()
+        scheduled = fields.get("scheduled_at")
+        if scheduled is not None:
+            scheduled_sql = "%s"
+            scheduled_params: list[Any] = [self.connection.ops.adapt_datetimefield_value(scheduled)]
+        else:
+            scheduled_sql = later_sql
+            scheduled_params = [None, delay_seconds or 0]
+        sql = (
+            f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
+            f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
+            f"locked_by) VALUES (%s, %s, {self.json_param_sql()}, 'pending', %s, 0, %s, "
+            f"{self.float_param_sql()}, '', {self.json_param_sql()}, {scheduled_sql}, "
+            f"{now_sql}, {now_sql}, '') "
+            f"RETURNING id, scheduled_at, created_at"
+        )
+        params = [
+            fields["queue"], fields["type"], payload, fields["priority"], fields["max_attempts"],
+            fields["timeout"], "[]", *scheduled_params, None, None,
+        ]  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.with_notify(sql), params)
+            row = cursor.fetchone()
+        return row[0], self.to_datetime(row[1]), self.to_datetime(row[2])
+
+    def with_notify(self, insert_sql: str) -> str:
+        """The INSERT ... RETURNING statement, extended to wake workers on commit."""
+        return insert_sql
 
     def fail(
         self,
@@ -299,7 +338,7 @@ class QueueOps:
             fields["timeout"], "[]", *scheduled_params, None, None, payloads_param,
         ]  # fmt: skip
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(self.with_notify(sql), params)
             rows = cursor.fetchall()
         # Ids are handed out in insertion order, which ORDER BY fixed to payload order.
         rows.sort(key=lambda row: row[0])
@@ -307,12 +346,10 @@ class QueueOps:
 
     def to_datetime(self, value: Any) -> Any:
         """A datetime column read by raw SQL, as the ORM would return it."""
-        if isinstance(value, str):
-            parsed = parse_datetime(value)
-            if parsed is not None and settings.USE_TZ and timezone.is_naive(parsed):
-                parsed = timezone.make_aware(parsed, UTC)
-            return parsed
-        return value
+        parsed = parse_datetime(value) if isinstance(value, str) else value
+        if isinstance(parsed, datetime) and settings.USE_TZ and timezone.is_naive(parsed):
+            parsed = timezone.make_aware(parsed, UTC)
+        return parsed
 
     def extend_leases(
         self, *, worker_id: str, lease_seconds: float, now: datetime | None = None
@@ -331,6 +368,22 @@ class QueueOps:
 
     def data_version(self) -> Any:
         """A cheap value that changes when another connection commits, or None."""
+        return None
+
+    def change_check_interval(self, poll_interval: float) -> float:
+        """How often an idle worker calls data_version()."""
+        return poll_interval
+
+    def listen(
+        self,
+        *,
+        queues: Sequence[str] | None,
+        wake: Callable[[], None],
+        stop: threading.Event,
+        logger: logging.Logger,
+    ) -> threading.Thread | None:
+        """Start a thread that calls ``wake()`` when jobs for ``queues`` are committed, if
+        the engine can tell. Returns it, or None."""
         return None
 
     def explain_claim(self, queues: Sequence[str]) -> str:

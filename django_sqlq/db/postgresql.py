@@ -4,12 +4,50 @@ commits."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django_sqlq.db.base import QueueOps
+from django_sqlq.db.base import Finished, QueueOps
 
 CHANNEL = "django_sqlq"
+
+
+def _listen_forever(
+    params: dict[str, Any],
+    queues: set[str] | None,
+    wake: Callable[[], None],
+    stop: threading.Event,
+    logger: logging.Logger,
+) -> None:
+    """LISTEN on a connection of its own; call wake() for each notification about one of
+    ``queues``. A lost connection is logged and re-opened with backoff; meanwhile the
+    worker's polling carries on, so a lost notification only delays pickup."""
+    import psycopg
+
+    params.pop("cursor_factory", None)
+    failures = 0
+    while not stop.is_set():
+        try:
+            with psycopg.connect(**params, autocommit=True) as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                if failures:
+                    logger.info("LISTEN connection re-established")
+                failures = 0
+                wake()  # anything committed while we were not listening
+                while not stop.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        if queues is None or note.payload in queues:
+                            wake()
+                        if stop.is_set():
+                            break
+        except psycopg.Error as exc:
+            failures += 1
+            delay = min(5.0, 0.1 * 2**failures)
+            logger.warning("LISTEN connection lost (%s); retrying in %.1fs", exc, delay)
+            stop.wait(delay)
 
 _NOW = "COALESCE(%s::timestamptz, statement_timestamp())"
 _LATER = (
@@ -56,6 +94,43 @@ class PostgreSQLOps(QueueOps):
             "p.n",
             "[" + ",".join(payloads) + "]",
         )
+
+    def finished_rows_sql(
+        self, finished: Sequence[Finished]
+    ) -> tuple[str, dict[str, str], list[Any]]:
+        source = "unnest(%s::bigint[], %s::integer[], %s::jsonb[]) AS done(id, attempt, result)"
+        columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
+        return source, columns, [
+            [f.id for f in finished],
+            [f.attempt for f in finished],
+            [None if f.result is None else json.dumps(f.result) for f in finished],
+        ]
+
+    def with_notify(self, insert_sql: str) -> str:
+        # pg_notify is transactional (delivered on commit), and PostgreSQL folds identical
+        # notifications of one transaction into one, so one per row costs nothing extra.
+        return (
+            f"WITH inserted AS ({insert_sql}, queue) "
+            f"SELECT id, scheduled_at, created_at, pg_notify('{CHANNEL}', queue) FROM inserted"
+        )
+
+    def listen(
+        self,
+        *,
+        queues: Sequence[str] | None,
+        wake: Callable[[], None],
+        stop: threading.Event,
+        logger: logging.Logger,
+    ) -> threading.Thread | None:
+        params = dict(self.connection.get_connection_params())
+        thread = threading.Thread(
+            target=_listen_forever,
+            args=(params, set(queues) if queues is not None else None, wake, stop, logger),
+            name="sqlq-listen",
+            daemon=True,
+        )
+        thread.start()
+        return thread
 
     def notify(self, queues: Sequence[str]) -> None:
         # NOTIFY is transactional: it is delivered when (and only if) the enqueue commits.

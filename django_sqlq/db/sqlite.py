@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_sqlq.db.base import QueueOps
+from django_sqlq.db.base import Finished, QueueOps
 
 # %% because Django's SQLite cursor turns %s into ? and %% into %.
 _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'))"
@@ -23,6 +23,9 @@ _LEASE_ERROR = (
 )
 
 MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
+
+# An idle worker reads PRAGMA data_version this often (a few microseconds each time).
+CHANGE_CHECK_INTERVAL = 0.002
 
 
 def configure(connection: BaseDatabaseWrapper) -> None:
@@ -91,8 +94,30 @@ class SQLiteOps(QueueOps):
         # ``value`` is exactly that text whatever the payload's type.
         return "json_each(%s)", "value", "key", json.dumps(list(payloads))
 
+    def finished_rows_sql(
+        self, finished: Sequence[Finished]
+    ) -> tuple[str, dict[str, str], list[Any]]:
+        # One JSON parameter: [[id, attempt, "result as JSON text" or null], ...].
+        rows = [
+            [f.id, f.attempt, None if f.result is None else json.dumps(f.result)]
+            for f in finished
+        ]
+        source = (
+            "(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempt, "
+            "json_extract(value, '$[2]') AS result FROM json_each(%s)) AS done"
+        )
+        columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
+        return source, columns, [json.dumps(rows)]
+
+    def change_check_interval(self, poll_interval: float) -> float:
+        return min(CHANGE_CHECK_INTERVAL, poll_interval)
+
     def data_version(self) -> Any:
-        return pragma(self.connection, "data_version")
+        """Changes whenever another connection commits to the database file: a check that
+        costs microseconds and reads no table, for the idle worker's wake-up."""
+        self.connection.ensure_connection()
+        with self.connection.wrap_database_errors:
+            return self.connection.connection.execute("PRAGMA data_version").fetchone()[0]
 
     def explain_claim(self, queues: Sequence[str]) -> str:
         in_sql, params = self.in_list_sql("queue", queues)
