@@ -1,0 +1,7 @@
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("shop.urls")),
+    path("admin/", admin.site.urls),
+]

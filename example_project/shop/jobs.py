@@ -1,0 +1,31 @@
+"""The shop's background jobs. `manage.py sqlq_worker` imports this module at start."""
+
+import logging
+from typing import Any
+
+from django.utils import timezone
+
+from django_sqlq import handler
+from shop.models import Order
+
+logger = logging.getLogger(__name__)
+
+
+@handler("shop.send_order_confirmation")
+def send_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
+    """Send the order's confirmation (here: record that it was sent) and return a summary.
+
+    Jobs are delivered at least once, so this is idempotent: a confirmation already sent
+    is not sent again.
+    """
+    order = Order.objects.get(pk=payload["order_id"])
+    if order.confirmation_sent_at is None:
+        # A real shop would call django.core.mail.send_mail(...) here.
+        order.confirmation_sent_at = timezone.now()
+        order.save(update_fields=["confirmation_sent_at"])
+        logger.info("Sent the confirmation of order #%s to %s", order.pk, order.customer_email)
+    return {
+        "order_id": order.pk,
+        "sent_to": order.customer_email,
+        "sent_at": order.confirmation_sent_at.isoformat(),
+    }

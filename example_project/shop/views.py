@@ -1,0 +1,30 @@
+from django.contrib import messages
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from django_sqlq import enqueue
+from shop.forms import OrderForm
+from shop.models import Order
+
+
+def order_form(request: HttpRequest) -> HttpResponse:
+    """Place an order; its confirmation is sent in the background by the worker."""
+    if request.method == "POST":
+        form = OrderForm(request.POST)
+        if form.is_valid():
+            # The order and its job are written in one transaction: if anything fails before
+            # the commit neither exists, so the worker never sees a job for a missing order.
+            with transaction.atomic():
+                order = Order.objects.create(**form.cleaned_data)
+                enqueue("shop.send_order_confirmation", {"order_id": order.pk})
+            messages.success(
+                request,
+                f"Order #{order.pk} placed. Its confirmation job is queued; "
+                "reload to see the worker mark it sent.",
+            )
+            return redirect("order_form")
+    else:
+        form = OrderForm()
+    recent_orders = Order.objects.all()[:10]
+    return render(request, "shop/order_form.html", {"form": form, "recent_orders": recent_orders})
