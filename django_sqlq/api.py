@@ -103,8 +103,10 @@ def _options(
     if timeout is None:
         spec = registry.registered().get(type_name)
         timeout = spec.timeout if spec is not None else None
-    elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
-        math.isfinite(timeout) and timeout > 0
+    elif (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not (math.isfinite(timeout) and timeout > 0)
     ):
         raise InvalidJobError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     fields: dict[str, Any] = {

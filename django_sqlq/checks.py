@@ -30,7 +30,9 @@ def check_settings(
     try:
         conf = get_settings()
     except ConfigurationError as exc:
-        return [Error(str(exc), hint="See the settings reference in docs/.", id="django_sqlq.E001")]
+        return [
+            Error(str(exc), hint="See the settings reference in docs/.", id="django_sqlq.E001")
+        ]
     if conf.DATABASE not in connections.settings:
         return [
             Error(

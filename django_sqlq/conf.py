@@ -69,9 +69,7 @@ def _number(key: str, value: Any, *, minimum: float, integer: bool = False) -> A
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
         expected = "an integer" if integer else "a number"
-        raise ConfigurationError(
-            f"SQLQ[{key!r}] must be {expected} >= {minimum}, got {value!r}."
-        )
+        raise ConfigurationError(f"SQLQ[{key!r}] must be {expected} >= {minimum}, got {value!r}.")
     return value
 
 
@@ -101,7 +99,8 @@ def get_settings() -> Settings:
     backoff = merged["RETRY_BACKOFF"]
     if not isinstance(backoff, str) or not backoff:
         raise ConfigurationError(
-            "SQLQ['RETRY_BACKOFF'] must be 'exponential' or a dotted path to f(attempts) -> seconds."
+            "SQLQ['RETRY_BACKOFF'] must be 'exponential' or a dotted path to "
+            "f(attempts) -> seconds."
         )
     pragmas = merged["SQLITE_PRAGMAS"]
     if not isinstance(pragmas, Mapping):

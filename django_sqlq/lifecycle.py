@@ -55,8 +55,10 @@ class ErrorInfo:
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         kind = type(exc)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else (
-            f"{kind.__module__}.{kind.__qualname__}"
+        name = (
+            kind.__qualname__
+            if kind.__module__ == "builtins"
+            else (f"{kind.__module__}.{kind.__qualname__}")
         )
         text = "".join(tb.format_exception(exc))
         if len(text) > MAX_TRACEBACK_CHARS:
@@ -162,7 +164,9 @@ class Outcome:
     skipped: int
 
 
-def _apply(ids: Iterable[int], allowed: Sequence[str], alias: str | None, **changes: Any) -> Outcome:
+def _apply(
+    ids: Iterable[int], allowed: Sequence[str], alias: str | None, **changes: Any
+) -> Outcome:
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
     # One conditional UPDATE: a job whose status changed meanwhile (a worker claimed it) no

@@ -64,9 +64,7 @@ class Job(models.Model):
     queue = models.CharField(max_length=100, default="default")
     type = models.CharField(max_length=255)
     payload = models.JSONField(default=dict, blank=True)
-    status = models.CharField(
-        max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING
-    )
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING)
     priority = models.SmallIntegerField(
         default=0, help_text=_("From -100 to 100; higher runs first.")
     )

@@ -7,6 +7,7 @@ importable object, so a row written by hand cannot make the worker call ``os.sys
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from collections.abc import Callable
@@ -83,7 +84,9 @@ def register(
     if not callable(func):
         raise TypeError(f"@handler needs a callable, got {func!r}.")
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
-        raise InvalidJobError(f"A handler timeout must be a positive number of seconds, got {timeout!r}.")
+        raise InvalidJobError(
+            f"A handler timeout must be a positive number of seconds, got {timeout!r}."
+        )
     name = validate_type_name(name if name is not None else dotted_path(func))
     spec = Handler(name=name, func=func, timeout=timeout, takes_context=takes_context)
     with _lock:
@@ -158,10 +161,8 @@ def get(name: str) -> Handler:
     module_name, _, _ = name.rpartition(".")
     if module_name:
         # A dotted path: importing its module registers the module's @handler functions.
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(module_name)
-        except ImportError:
-            pass
         spec = _handlers.get(name)
         if spec is not None:
             return spec

@@ -245,7 +245,10 @@ class Worker:
             self._unregister()
             connections.close_all()
         logger.info(
-            "Worker %s stopped: %d done, %d failed", self.worker_id, self.jobs_done, self.jobs_failed
+            "Worker %s stopped: %d done, %d failed",
+            self.worker_id,
+            self.jobs_done,
+            self.jobs_failed,
         )
         return self.jobs_done + self.jobs_failed
 
@@ -261,7 +264,7 @@ class Worker:
             limit = self._claim_limit()
             idle = self._busy == 0 and not self._done
             due = time.monotonic() - last_claim >= self.poll_interval
-            if limit > 0 and (queue_may_have_more or idle and burst or due or changes.seen()):
+            if limit > 0 and (queue_may_have_more or (idle and burst) or due or changes.seen()):
                 try:
                     claimed = lifecycle.claim(
                         self.database,
@@ -364,11 +367,10 @@ class Worker:
 
     def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
         """Log a database error, drop the connection if it is broken, and back off."""
-        if not is_transient(exc):
-            if is_missing_table(exc):
-                raise WorkerError(
-                    "The jobs table does not exist: run `python manage.py migrate` first."
-                ) from exc
+        if not is_transient(exc) and is_missing_table(exc):
+            raise WorkerError(
+                "The jobs table does not exist: run `python manage.py migrate` first."
+            ) from exc
         delay = min(5.0, 0.05 * 2**failures)
         logger.warning(
             "Worker %s: database error during %s (%s: %s); retrying in %.2fs",
@@ -563,7 +565,7 @@ class Worker:
                 args += (self._context(job),)
             result = _invoke(handler.func, args, job.timeout)
             encode_json(result, what="handler's return value")
-        except BaseException as exc:  # noqa: BLE001 - a handler must never kill the worker
+        except BaseException as exc:
             _reset_connections_after_error()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
         return "completed", result
@@ -688,7 +690,7 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     def target() -> None:
         try:
             box["result"] = func(*args)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             box["error"] = exc
         finally:
             connections.close_all()

@@ -57,7 +57,9 @@ class WorkerProcess:
     def wait_ready(self, timeout: float = 30.0) -> None:
         def ready() -> bool:
             if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited early ({self.proc.returncode}):\n{self.output()}")
+                raise AssertionError(
+                    f"worker exited early ({self.proc.returncode}):\n{self.output()}"
+                )
             return " ready" in self.output()
 
         wait_for(ready, timeout)
@@ -69,7 +71,9 @@ class WorkerProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker did not exit within {timeout}s:\n{self.output()}") from None
+            raise AssertionError(
+                f"worker did not exit within {timeout}s:\n{self.output()}"
+            ) from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -10,11 +10,9 @@ from pathlib import Path
 ENGINE = os.environ.get("SQLQ_TEST_ENGINE", "sqlite")
 BASE_DIR = Path(__file__).resolve().parent
 # Each test run (and each xdist worker) gets its own directory for SQLite files.
-RUN_DIR = Path(
-    os.environ.setdefault("SQLQ_TEST_RUN_DIR", tempfile.mkdtemp(prefix="sqlq-tests-"))
-)
+RUN_DIR = Path(os.environ.setdefault("SQLQ_TEST_RUN_DIR", tempfile.mkdtemp(prefix="sqlq-tests-")))
 
-SECRET_KEY = "tests-only-not-secret"  # noqa: S105
+SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
@@ -55,7 +53,7 @@ else:  # pragma: no cover
 if os.environ.get("SQLQ_TEST_USE_TEST_DB"):
     # Worker processes started by the tests talk to the databases the test run created.
     for _alias in DATABASES.values():
-        _alias["NAME"] = _alias["TEST"]["NAME"]
+        _alias["NAME"] = _alias["TEST"]["NAME"]  # type: ignore[index]
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -149,7 +149,7 @@ def test_unknown_queue_is_refused():
 
 def test_naive_run_at_is_refused_with_use_tz():
     with pytest.raises(InvalidJobError, match="naive"):
-        enqueue("tests.noop", run_at=datetime(2030, 1, 1))  # noqa: DTZ001
+        enqueue("tests.noop", run_at=datetime(2030, 1, 1))
     assert not Job.objects.exists()
 
 
@@ -181,7 +181,11 @@ def test_errors_subclass_the_matching_builtins():
 def test_delay_uses_the_database_clock():
     job = enqueue("tests.noop", delay=timedelta(hours=1))
     stored = Job.objects.get(pk=job.pk)
-    assert timedelta(minutes=59) < stored.scheduled_at - stored.created_at <= timedelta(hours=1, seconds=1)
+    assert (
+        timedelta(minutes=59)
+        < stored.scheduled_at - stored.created_at
+        <= timedelta(hours=1, seconds=1)
+    )
     assert job.scheduled_at == stored.scheduled_at
 
 

@@ -146,7 +146,9 @@ def test_claim_order_is_by_priority_then_schedule(django_assert_num_queries):
     a = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=3))
     b = enqueue("tests.noop", priority=50)
     c = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=9))
-    claimed = lifecycle.claim("default", queues=["default"], worker_id="w", limit=10, lease_seconds=30)
+    claimed = lifecycle.claim(
+        "default", queues=["default"], worker_id="w", limit=10, lease_seconds=30
+    )
     assert [job.id for job in claimed] == [b.pk, c.pk, a.pk]
 
 
@@ -198,7 +200,9 @@ def test_concurrency_runs_jobs_at_once(tmp_path):
              "path": str(tmp_path / "log"), "max_seconds": 20},
         )  # fmt: skip
     worker = Worker(concurrency=2)
-    thread = threading.Thread(target=worker.run, kwargs={"burst": True, "install_signal_handlers": False})
+    thread = threading.Thread(
+        target=worker.run, kwargs={"burst": True, "install_signal_handlers": False}
+    )
     thread.start()
     wait_for(lambda: all(f.exists() for f in files.values()), timeout=20)
     thread.join(30)
@@ -209,7 +213,9 @@ def test_concurrency_runs_jobs_at_once(tmp_path):
 def test_expired_lease_goes_back_to_pending_and_counts_as_an_attempt():
     now = datetime(2030, 1, 1, tzinfo=UTC)
     job = enqueue("tests.noop", run_at=now, max_attempts=2)
-    claimed = lifecycle.claim("default", queues=None, worker_id="dead", limit=1, lease_seconds=5, now=now)
+    claimed = lifecycle.claim(
+        "default", queues=None, worker_id="dead", limit=1, lease_seconds=5, now=now
+    )
     assert [c.id for c in claimed] == [job.pk]
     assert lifecycle.reap("default", now=now + timedelta(seconds=4)) == []
     reaped = lifecycle.reap("default", now=now + timedelta(seconds=6))
@@ -230,16 +236,27 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
 
     now = datetime(2030, 1, 1, tzinfo=UTC)
     job = enqueue("tests.noop", run_at=now)
-    stale = lifecycle.claim("default", queues=None, worker_id="stale", limit=1, lease_seconds=5, now=now)[0]
+    stale = lifecycle.claim(
+        "default", queues=None, worker_id="stale", limit=1, lease_seconds=5, now=now
+    )[0]
     lifecycle.reap("default", now=now + timedelta(seconds=10))
-    fresh = lifecycle.claim("default", queues=None, worker_id="fresh", limit=1, lease_seconds=5, now=now)[0]
+    fresh = lifecycle.claim(
+        "default", queues=None, worker_id="fresh", limit=1, lease_seconds=5, now=now
+    )[0]
     assert fresh.attempts == 2
     # The stale worker wakes up and tries to finish: refused.
-    assert lifecycle.complete("default", [Finished(stale.id, stale.attempts, "stale")], worker_id="stale") == []
+    assert (
+        lifecycle.complete(
+            "default", [Finished(stale.id, stale.attempts, "stale")], worker_id="stale"
+        )
+        == []
+    )
     error = lifecycle.ErrorInfo("X", "stale failure", "")
     assert lifecycle.fail_or_retry("default", stale, error, worker_id="stale", retry_in=0) is None
     assert lifecycle.extend_leases("default", worker_id="stale", lease_seconds=60) == 0
-    assert lifecycle.complete("default", [Finished(fresh.id, fresh.attempts, "fresh")], worker_id="fresh") == [job.pk]
+    assert lifecycle.complete(
+        "default", [Finished(fresh.id, fresh.attempts, "fresh")], worker_id="fresh"
+    ) == [job.pk]
     job.refresh_from_db()
     assert (job.status, job.result, job.locked_by) == (JobStatus.COMPLETED, "fresh", "fresh")
 
@@ -260,7 +277,9 @@ def test_heartbeat_extends_all_leases_in_one_statement(django_assert_num_queries
     with django_assert_num_queries(1):
         extended = lifecycle.extend_leases("default", worker_id="w", lease_seconds=60, now=now)
     assert extended == 3
-    assert set(Job.objects.values_list("lease_expires_at", flat=True)) == {now + timedelta(seconds=60)}
+    assert set(Job.objects.values_list("lease_expires_at", flat=True)) == {
+        now + timedelta(seconds=60)
+    }
 
 
 def test_worker_records_itself():

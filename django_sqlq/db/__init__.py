@@ -76,14 +76,10 @@ def is_transient(exc: BaseException) -> bool:
     if not isinstance(exc, OperationalError):
         return False
     message = str(exc).lower()
-    if "no such table" in message or "does not exist" in message:
-        return False
-    return True
+    return not ("no such table" in message or "does not exist" in message)
 
 
 def is_missing_table(exc: BaseException) -> bool:
     """True when the jobs table is not there: ``migrate`` has not been run."""
     message = str(exc).lower()
-    return "no such table" in message or (
-        "does not exist" in message and "relation" in message
-    )
+    return "no such table" in message or ("does not exist" in message and "relation" in message)

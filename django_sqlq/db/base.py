@@ -110,8 +110,9 @@ class QueueOps:
             return []
         clock = self.clock(now)
         now_sql, later_sql = self.now_sql(), self.later_sql()
+        queue_params: list[Any] = []
         if queues is None:
-            queue_sql, queue_params = "", []
+            queue_sql = ""
         else:
             in_sql, queue_params = self.in_list_sql("queue", queues)
             queue_sql = f"AND {in_sql} "
@@ -181,14 +182,18 @@ class QueueOps:
         """A FROM item with one row (id, attempt, result) per finished attempt."""
         raise NotImplementedError
 
-    def insert_one(self, *, payload: str, fields: dict[str, Any], delay_seconds: float | None) -> tuple[int, Any, Any]:
+    def insert_one(
+        self, *, payload: str, fields: dict[str, Any], delay_seconds: float | None
+    ) -> tuple[int, Any, Any]:
         """Insert one job (and wake workers on commit, where the engine can). Returns
         (id, scheduled_at, created_at)."""
         now_sql, later_sql = self.now_sql(), self.later_sql()
         scheduled = fields.get("scheduled_at")
         if scheduled is not None:
             scheduled_sql = "%s"
-            scheduled_params: list[Any] = [self.connection.ops.adapt_datetimefield_value(scheduled)]
+            scheduled_params: list[Any] = [
+                self.connection.ops.adapt_datetimefield_value(scheduled)
+            ]
         else:
             scheduled_sql = later_sql
             scheduled_params = [None, delay_seconds or 0]
@@ -255,7 +260,9 @@ class QueueOps:
             row = cursor.fetchone()
         return None if row is None else str(row[0])
 
-    def release(self, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None) -> int:
+    def release(
+        self, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None
+    ) -> int:
         """Give back claimed-but-unstarted jobs: pending again, the attempt not counted."""
         if not job_ids:
             return 0
@@ -320,7 +327,9 @@ class QueueOps:
         scheduled = fields.get("scheduled_at")
         if scheduled is not None:
             scheduled_sql = "%s"
-            scheduled_params: list[Any] = [self.connection.ops.adapt_datetimefield_value(scheduled)]
+            scheduled_params: list[Any] = [
+                self.connection.ops.adapt_datetimefield_value(scheduled)
+            ]
         else:
             scheduled_sql = later_sql
             scheduled_params = [None, delay_seconds or 0]

@@ -49,6 +49,7 @@ def _listen_forever(
             logger.warning("LISTEN connection lost (%s); retrying in %.1fs", exc, delay)
             stop.wait(delay)
 
+
 _NOW = "COALESCE(%s::timestamptz, statement_timestamp())"
 _LATER = (
     "(COALESCE(%s::timestamptz, statement_timestamp()) "
@@ -100,11 +101,15 @@ class PostgreSQLOps(QueueOps):
     ) -> tuple[str, dict[str, str], list[Any]]:
         source = "unnest(%s::bigint[], %s::integer[], %s::jsonb[]) AS done(id, attempt, result)"
         columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
-        return source, columns, [
-            [f.id for f in finished],
-            [f.attempt for f in finished],
-            [None if f.result is None else json.dumps(f.result) for f in finished],
-        ]
+        return (
+            source,
+            columns,
+            [
+                [f.id for f in finished],
+                [f.attempt for f in finished],
+                [None if f.result is None else json.dumps(f.result) for f in finished],
+            ],
+        )
 
     def with_notify(self, insert_sql: str) -> str:
         # pg_notify is transactional (delivered on commit), and PostgreSQL folds identical

@@ -99,8 +99,7 @@ class SQLiteOps(QueueOps):
     ) -> tuple[str, dict[str, str], list[Any]]:
         # One JSON parameter: [[id, attempt, "result as JSON text" or null], ...].
         rows = [
-            [f.id, f.attempt, None if f.result is None else json.dumps(f.result)]
-            for f in finished
+            [f.id, f.attempt, None if f.result is None else json.dumps(f.result)] for f in finished
         ]
         source = (
             "(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempt, "

@@ -6,3 +6,6 @@ class Order(models.Model):
 
     class Meta:
         app_label = "testapp"
+
+    def __str__(self) -> str:
+        return self.item
