@@ -86,6 +86,9 @@ class PostgreSQLOps(QueueOps):
         return " FOR UPDATE SKIP LOCKED"
 
     def in_list_sql(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        if len(values) == 1:
+            # Plain equality lets the planner read the claim index in order (no sort).
+            return f"{column} = %s", [values[0]]
         return f"{column} = ANY(%s)", [list(values)]
 
     def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:

@@ -1,0 +1,70 @@
+"""System checks and settings validation."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.checks import run_checks
+from django.db import connections
+from django.test import override_settings
+
+from django_sqlq.conf import get_settings
+from django_sqlq.exceptions import ConfigurationError
+
+
+def ids(messages) -> set[str]:
+    return {m.id for m in messages if m.id and m.id.startswith("django_sqlq")}
+
+
+def test_default_configuration_passes():
+    assert ids(run_checks()) == set()
+
+
+@override_settings(SQLQ={"QUEUS": ["typo"]})
+def test_unknown_key_is_e001():
+    messages = run_checks()
+    assert ids(messages) == {"django_sqlq.E001"}
+    assert "QUEUS" in next(m.msg for m in messages if m.id == "django_sqlq.E001")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"QUEUES": "default"}, {"QUEUES": []}, {"MAX_ATTEMPTS": 0}, {"LEASE_SECONDS": "60"}],
+)
+def test_invalid_values_raise_configuration_error(bad):
+    with override_settings(SQLQ=bad), pytest.raises(ConfigurationError):
+        get_settings()
+
+
+@override_settings(SQLQ={"DATABASE": "nope"})
+def test_unknown_database_alias_is_e002():
+    assert ids(run_checks()) == {"django_sqlq.E002"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sqlite_not_in_wal_mode_is_w001(engine):
+    if engine != "sqlite":
+        pytest.skip("WAL is a SQLite capability")
+    connection = connections["default"]
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode = delete")
+    try:
+        assert "django_sqlq.W001" in ids(run_checks(databases=["default"]))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode = wal")
+    assert "django_sqlq.W001" not in ids(run_checks(databases=["default"]))
+
+
+@pytest.mark.django_db
+def test_new_sqlite_connections_get_the_pragmas(engine):
+    if engine != "sqlite":
+        pytest.skip("PRAGMAs are a SQLite capability")
+    connection = connections["default"]
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        assert cursor.fetchone()[0] == "wal"
+        cursor.execute("PRAGMA busy_timeout")
+        assert cursor.fetchone()[0] == 10_000
+        cursor.execute("PRAGMA synchronous")
+        assert cursor.fetchone()[0] == 1  # NORMAL
+    assert connection.transaction_mode == "IMMEDIATE"

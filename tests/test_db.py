@@ -1,0 +1,113 @@
+"""The SQL under django_sqlq/db/: one statement per claim, the partial index, no double claims."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from django_sqlq import bulk_enqueue, lifecycle
+from django_sqlq.db import ops_for
+from django_sqlq.models import Job, JobStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_claim_is_one_update_returning():
+    bulk_enqueue("tests.noop", [{"n": i} for i in range(5)])
+    with CaptureQueriesContext(connection) as queries:
+        claimed = lifecycle.claim(
+            "default", queues=["default"], worker_id="w", limit=3, lease_seconds=30
+        )
+    assert len(claimed) == 3
+    assert len(queries) == 1
+    sql = queries[0]["sql"].upper()
+    assert sql.startswith("UPDATE") and "RETURNING" in sql
+    if connection.vendor == "postgresql":
+        assert "FOR UPDATE SKIP LOCKED" in sql
+    assert Job.objects.filter(status=JobStatus.PROCESSING, locked_by="w").count() == 3
+
+
+def test_completing_a_batch_is_one_statement():
+    from django_sqlq.db.base import Finished
+
+    bulk_enqueue("tests.noop", [{"n": i} for i in range(50)])
+    claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=50, lease_seconds=30)
+    with CaptureQueriesContext(connection) as queries:
+        done = lifecycle.complete(
+            "default",
+            [Finished(job.id, job.attempts, {"n": job.id}) for job in claimed],
+            worker_id="w",
+        )
+    assert len(queries) == 1
+    assert sorted(done) == sorted(job.id for job in claimed)
+    results = dict(Job.objects.values_list("id", "result"))
+    assert all(results[job.id] == {"n": job.id} for job in claimed)
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.COMPLETED}
+
+
+def test_concurrent_claims_never_hand_out_the_same_job():
+    bulk_enqueue("tests.noop", [{"n": i} for i in range(600)])
+    claims: dict[str, list[int]] = {}
+    barrier = threading.Barrier(4)
+
+    def claimer(name: str) -> None:
+        got: list[int] = []
+        try:
+            barrier.wait()
+            while True:
+                batch = lifecycle.claim(
+                    "default", queues=None, worker_id=name, limit=7, lease_seconds=30
+                )
+                if not batch:
+                    break
+                got.extend(job.id for job in batch)
+        finally:
+            claims[name] = got
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    every = [job_id for got in claims.values() for job_id in got]
+    assert len(every) == 600
+    assert len(set(every)) == 600
+    holders = dict(Job.objects.values_list("id", "locked_by"))
+    for name, got in claims.items():
+        assert all(holders[job_id] == name for job_id in got)
+
+
+def _fill_finished_rows(count: int) -> None:
+    jobs = bulk_enqueue("tests.noop", [{} for _ in range(count)])
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(status=JobStatus.COMPLETED)
+
+
+def test_claim_uses_the_partial_index():
+    _fill_finished_rows(5000)
+    bulk_enqueue("tests.noop", [{} for _ in range(2000)])
+    ops = ops_for("default")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE sqlq_job")
+    plan = ops.explain_claim(["default"])
+    assert "sqlq_job_claim_idx" in plan, plan
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_migrations_are_complete():
+    call_command("makemigrations", "django_sqlq", check=True, dry_run=True, verbosity=0)
+
+
+def test_status_check_constraint_refuses_unknown_statuses():
+    from django.db import IntegrityError, transaction
+
+    job = bulk_enqueue("tests.noop", [{}, {}])[0]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(status="exploded")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(priority=1000)

@@ -1,0 +1,104 @@
+"""Real sqlq_worker processes: many at once, killed, and stopped with signals."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import pytest
+
+from django_sqlq import bulk_enqueue, enqueue
+from django_sqlq.models import Job, JobStatus
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ran(path) -> Counter[int]:
+    if not path.exists():
+        return Counter()
+    return Counter(int(line.split()[0]) for line in path.read_text().splitlines() if line)
+
+
+def test_four_workers_drain_2000_jobs_each_exactly_once(tmp_path, spawn_worker):
+    log = tmp_path / "ran"
+    jobs = bulk_enqueue("tests.record", [{"n": i, "path": str(log)} for i in range(2000)])
+    assert len(jobs) == 2000
+    workers = [spawn_worker("--burst", "--concurrency", "2", "-v", "0") for _ in range(4)]
+    for worker in workers:
+        assert worker.wait(timeout=240) == 0, worker.output()
+    assert Job.objects.completed().count() == 2000
+    assert not Job.objects.processing().exists()
+    counts = ran(log)
+    assert set(counts) == set(range(2000))
+    assert max(counts.values()) == 1
+    # More than one process did the work.
+    pids = {line.split()[1] for line in log.read_text().splitlines()}
+    assert len(pids) > 1
+
+
+def test_kill_9_mid_job_is_retried_by_another_worker_after_the_lease(tmp_path, spawn_worker):
+    started, log = tmp_path / "started", tmp_path / "ran"
+    job = enqueue(
+        "tests.sleep_then_record",
+        {"n": 1, "started": str(started), "path": str(log), "max_seconds": 1.0},
+        max_attempts=3,
+    )
+    env = {"SQLQ_TEST_LEASE_SECONDS": "1.5"}
+    victim = spawn_worker("--worker-id", "victim", env=env)
+    wait_for(started.exists)
+    victim.signal(signal.SIGKILL)
+    victim.wait()
+    started.unlink()
+    job.refresh_from_db()
+    assert (job.status, job.locked_by) == (JobStatus.PROCESSING, "victim")
+    rescuer = spawn_worker("--worker-id", "rescuer", env=env)
+    rescuer.wait_ready()
+
+    def completed():
+        job.refresh_from_db()
+        return job.status == JobStatus.COMPLETED
+
+    wait_for(completed, timeout=60)
+    assert job.attempts == 2
+    assert job.locked_by == "rescuer"
+    assert job.errors[0]["worker_id"] == "victim"
+    assert "Lease expired: worker victim" in job.errors[0]["message"] or job.last_error
+    assert ran(log) == Counter({1: 1})
+
+
+def test_sigterm_during_a_job_lets_it_finish_and_exits_0(tmp_path, spawn_worker):
+    started, release, log = tmp_path / "started", tmp_path / "release", tmp_path / "ran"
+    job = enqueue(
+        "tests.sleep_then_record",
+        {"n": 7, "started": str(started), "release": str(release), "path": str(log)},
+    )
+    worker = spawn_worker()
+    wait_for(started.exists)
+    worker.signal(signal.SIGTERM)
+    # The job is still running: let it finish now.
+    release.touch()
+    assert worker.wait(timeout=30) == 0, worker.output()
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+    assert ran(log) == Counter({7: 1})
+    assert "received SIGTERM" in worker.output()
+
+
+def test_sigterm_gives_back_claimed_but_unstarted_jobs_at_once(tmp_path, spawn_worker):
+    started, release, log = tmp_path / "started", tmp_path / "release", tmp_path / "ran"
+    running = enqueue(
+        "tests.sleep_then_record",
+        {"n": 1, "started": str(started), "release": str(release), "path": str(log)},
+        priority=10,
+    )
+    waiting = enqueue("tests.noop")
+    worker = spawn_worker()
+    wait_for(started.exists)
+    worker.signal(signal.SIGTERM)
+    release.touch()
+    assert worker.wait(timeout=30) == 0, worker.output()
+    assert Job.objects.get(pk=running.pk).status == JobStatus.COMPLETED
+    waiting.refresh_from_db()
+    # Never claimed (concurrency 1, the slot was busy) or given back: pending, attempt uncounted.
+    assert (waiting.status, waiting.attempts, waiting.locked_by) == (JobStatus.PENDING, 0, "")
