@@ -11,9 +11,12 @@ class SQLQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.core.signals import setting_changed
         from django.db.backends.signals import connection_created
 
         from django_sqlq import checks  # noqa: F401  (registers the system checks)
+        from django_sqlq.conf import clear_cache
         from django_sqlq.db import configure_connection
 
         connection_created.connect(configure_connection, dispatch_uid="django_sqlq.configure")
+        setting_changed.connect(clear_cache, dispatch_uid="django_sqlq.settings")

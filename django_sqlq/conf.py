@@ -73,9 +73,32 @@ def _number(key: str, value: Any, *, minimum: float, integer: bool = False) -> A
     return value
 
 
+_cache: tuple[Any, Settings] | None = None
+
+
+def clear_cache(**kwargs: Any) -> None:
+    """``setting_changed`` receiver (connected in AppConfig.ready)."""
+    global _cache
+    _cache = None
+
+
 def get_settings() -> Settings:
-    """Read and validate ``settings.SQLQ``. Raises ConfigurationError naming the bad key."""
+    """Read and validate ``settings.SQLQ``. Raises ConfigurationError naming the bad key.
+
+    The result is cached until ``settings.SQLQ`` is replaced (override_settings does that,
+    and sends ``setting_changed``, which clears the cache too).
+    """
+    global _cache
     user: Any = getattr(settings, "SQLQ", {}) or {}
+    cached = _cache
+    if cached is not None and cached[0] is user:
+        return cached[1]
+    result = _read(user)
+    _cache = (user, result)
+    return result
+
+
+def _read(user: Any) -> Settings:
     if not isinstance(user, Mapping):
         raise ConfigurationError("settings.SQLQ must be a dict.")
     unknown = set(user) - set(DEFAULTS)
