@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from django_sqlq import registry
@@ -24,16 +25,19 @@ Target = str | Callable[..., Any]
 
 # Jobs per INSERT in bulk_enqueue: large enough to amortise the round trip, small enough to
 # keep one statement's memory and lock time modest.
-BULK_CHUNK = 5000
+BULK_CHUNK = 10_000
+
+
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) -> str:
     """``value`` as JSON text, or a PayloadError that says what JSON cannot hold."""
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"The {what} cannot be stored as JSON: {exc}.") from exc
-    if limit is not None and len(text.encode()) > limit:
+    if limit is not None and len(text) * 4 > limit and len(text.encode()) > limit:
         raise PayloadError(
             f"The {what} is {len(text.encode())} bytes as JSON, over the limit of {limit} "
             "bytes (SQLQ['MAX_PAYLOAD_BYTES']). Store large data elsewhere and enqueue a "
@@ -152,20 +156,36 @@ def _write(queue_alias: str, jobs: list[Job], delay_seconds: float | None = None
         "scheduled_at": first.scheduled_at if isinstance(first.scheduled_at, datetime) else None,
     }
     if len(jobs) == 1:
-        row = ops.insert_one(
-            payload=encode_json(first.payload), fields=fields, delay_seconds=delay_seconds
-        )
+        row = ops.insert_one(payload=_json_of(first), fields=fields, delay_seconds=delay_seconds)
         _saved(first, row, queue_alias)
         return
     for start in range(0, len(jobs), BULK_CHUNK):
         chunk = jobs[start : start + BULK_CHUNK]
         rows = ops.insert_many(
-            payloads=[encode_json(job.payload) for job in chunk],
+            payloads=[_json_of(job) for job in chunk],
             fields=fields,
             delay_seconds=delay_seconds,
         )
         for job, row in zip(chunk, rows, strict=True):
             _saved(job, row, queue_alias)
+
+
+def _json_of(job: Job) -> str:
+    """The payload as JSON text: encoded once, when enqueue() validated it."""
+    encoded: str | None = getattr(job, "_sqlq_json", None)
+    return encoded if encoded is not None else encode_json(job.payload)
+
+
+def _clone(template: Job, payload: Any, encoded: str) -> Job:
+    """A copy of ``template`` with another payload, without Model.__init__ (which costs
+    more than the INSERT itself when bulk_enqueue builds 100,000 instances)."""
+    job = Job.__new__(Job)
+    state = ModelState()
+    job.__dict__.update(template.__dict__)
+    job.__dict__["_state"] = state
+    job.payload = payload
+    job._sqlq_json = encoded  # type: ignore[attr-defined]
+    return job
 
 
 def _saved(job: Job, row: tuple[int, Any, Any], alias: str) -> None:
@@ -192,6 +212,29 @@ def _submit(
         transaction.on_commit(partial(_write, queue_alias, jobs, delay_seconds), using=caller)
 
 
+def submit_job(
+    job: Job,
+    *,
+    using: str | None = None,
+    on_written: Callable[[Job], None] | None = None,
+) -> None:
+    """Write one Job whose fields the caller has validated, under enqueue()'s transaction
+    rules, then call ``on_written(job)`` once the row exists: at once, or (when the jobs
+    table is in another database than the caller's open transaction) after that
+    transaction commits. For other front ends onto the queue, such as the tasks backend.
+    """
+    queue_alias = get_settings().DATABASE
+    _submit(queue_alias, [job], using)
+    if on_written is None:
+        return
+    if job.pk is not None:
+        on_written(job)
+    else:
+        # _submit deferred the write to the caller's commit; this callback runs after it.
+        caller = _caller_alias(queue_alias, using)
+        transaction.on_commit(partial(on_written, job), using=caller)
+
+
 def enqueue(
     target: Target,
     payload: Any = None,
@@ -215,7 +258,7 @@ def enqueue(
     type_name = registry.type_name_for(target)
     if payload is None:
         payload = {}
-    encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
+    encoded = encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
     fields = _options(
         conf,
         type_name,
@@ -228,6 +271,7 @@ def enqueue(
     )
     delay_seconds = fields.pop("_delay_seconds", None)
     job = Job(payload=payload, **fields)
+    job._sqlq_json = encoded  # type: ignore[attr-defined]
     _submit(conf.DATABASE, [job], using, delay_seconds)
     return job
 
@@ -250,10 +294,11 @@ def bulk_enqueue(
     """
     conf = get_settings()
     type_name = registry.type_name_for(target)
-    items: Sequence[Any] = list(payloads)
+    items: Sequence[Any] = [{} if p is None else p for p in payloads]
+    encoded: list[str] = []
     for index, payload in enumerate(items):
         try:
-            encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
+            encoded.append(encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES))
         except PayloadError as exc:
             raise PayloadError(f"payloads[{index}]: {exc}") from exc
     fields = _options(
@@ -267,7 +312,8 @@ def bulk_enqueue(
         timeout=timeout,
     )
     delay_seconds = fields.pop("_delay_seconds", None)
-    jobs = [Job(payload={} if p is None else p, **fields) for p in items]
+    template = Job(**fields)
+    jobs = [_clone(template, p, text) for p, text in zip(items, encoded, strict=True)]
     if jobs:
         _submit(conf.DATABASE, jobs, using, delay_seconds)
     return jobs

@@ -187,32 +187,40 @@ class QueueOps:
     ) -> tuple[int, Any, Any]:
         """Insert one job (and wake workers on commit, where the engine can). Returns
         (id, scheduled_at, created_at)."""
-        now_sql, later_sql = self.now_sql(), self.later_sql()
         scheduled = fields.get("scheduled_at")
         if scheduled is not None:
-            scheduled_sql = "%s"
             scheduled_params: list[Any] = [
                 self.connection.ops.adapt_datetimefield_value(scheduled)
             ]
         else:
-            scheduled_sql = later_sql
             scheduled_params = [None, delay_seconds or 0]
-        sql = (
-            f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
-            f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
-            f"locked_by) VALUES (%s, %s, {self.json_param_sql()}, 'pending', %s, 0, %s, "
-            f"{self.float_param_sql()}, '', {self.json_param_sql()}, {scheduled_sql}, "
-            f"{now_sql}, {now_sql}, '') "
-            f"RETURNING id, scheduled_at, created_at"
-        )
         params = [
             fields["queue"], fields["type"], payload, fields["priority"], fields["max_attempts"],
             fields["timeout"], "[]", *scheduled_params, None, None,
         ]  # fmt: skip
         with self.connection.cursor() as cursor:
-            cursor.execute(self.with_notify(sql), params)
+            cursor.execute(self._insert_one_sql(scheduled is not None), params)
             row = cursor.fetchone()
         return row[0], self.to_datetime(row[1]), self.to_datetime(row[2])
+
+    _insert_one_cache: dict[tuple[type, bool], str] = {}
+
+    def _insert_one_sql(self, fixed_time: bool) -> str:
+        key = (type(self), fixed_time)
+        sql = self._insert_one_cache.get(key)
+        if sql is None:
+            now_sql = self.now_sql()
+            scheduled_sql = "%s" if fixed_time else self.later_sql()
+            sql = self.with_notify(
+                f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
+                f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, "
+                f"updated_at, locked_by) VALUES (%s, %s, {self.json_param_sql()}, 'pending', "
+                f"%s, 0, %s, {self.float_param_sql()}, '', {self.json_param_sql()}, "
+                f"{scheduled_sql}, {now_sql}, {now_sql}, '') "
+                f"RETURNING id, scheduled_at, created_at"
+            )
+            self._insert_one_cache[key] = sql
+        return sql
 
     def with_notify(self, insert_sql: str) -> str:
         """The INSERT ... RETURNING statement, extended to wake workers on commit."""
@@ -351,7 +359,15 @@ class QueueOps:
             rows = cursor.fetchall()
         # Ids are handed out in insertion order, which ORDER BY fixed to payload order.
         rows.sort(key=lambda row: row[0])
-        return [(row[0], self.to_datetime(row[1]), self.to_datetime(row[2])) for row in rows]
+        # Every row of one statement shares its timestamps: convert each distinct value once.
+        seen: dict[Any, Any] = {}
+
+        def convert(value: Any) -> Any:
+            if value not in seen:
+                seen[value] = self.to_datetime(value)
+            return seen[value]
+
+        return [(row[0], convert(row[1]), convert(row[2])) for row in rows]
 
     def to_datetime(self, value: Any) -> Any:
         """A datetime column read by raw SQL, as the ORM would return it."""
