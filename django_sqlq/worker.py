@@ -456,6 +456,7 @@ class Worker:
                     if busy <= self.concurrency or len(self._done) in (1, FLUSH_BATCH):
                         self._wake.set()
         finally:
+            _close_event_loop()
             connections.close_all()
 
     def _context(self, job: ClaimedJob) -> registry.JobContext:
@@ -664,13 +665,32 @@ class Worker:
             logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)
 
 
+_thread_state = threading.local()
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """This runner thread's event loop, made once and reused for every async handler."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_thread_state, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        _thread_state.loop = loop
+    return loop
+
+
+def _close_event_loop() -> None:
+    loop: asyncio.AbstractEventLoop | None = getattr(_thread_state, "loop", None)
+    if loop is not None and not loop.is_closed():
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
 def _invoke(func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> Any:
     if inspect.iscoroutinefunction(func):
         coroutine = func(*args)
         if timeout is not None:
             coroutine = asyncio.wait_for(coroutine, timeout)
         try:
-            return asyncio.run(coroutine)
+            return _event_loop().run_until_complete(coroutine)
         except TimeoutError as exc:
             raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
     if timeout is None:
