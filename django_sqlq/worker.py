@@ -142,8 +142,10 @@ class Worker:
         clock: Clock | None = None,
         backoff: Callable[[int], float] | None = None,
         settings: Settings | None = None,
+        on_ready: Callable[[Worker], None] | None = None,
     ) -> None:
         conf = settings or get_settings()
+        self.on_ready = on_ready
         self.conf = conf
         self.database = database or conf.DATABASE
         # None serves every queue (the tasks backend's "*"), less exclude_queues.
@@ -218,6 +220,8 @@ class Worker:
                 try:
                     self._reap()
                     logger.info("Worker %s ready", self.worker_id)
+                    if self.on_ready is not None:
+                        self.on_ready(self)
                     self._loop(burst=burst)
                 finally:
                     # Claim nothing more; give back what was claimed and not started.

@@ -1,9 +1,15 @@
-"""``manage.py sqlq_worker``: parse and validate options, set up logging, run a Worker."""
+"""``manage.py sqlq_worker``: parse and validate options, set up logging, run a Worker.
+
+It also takes django-tasks-db's ``db_worker`` options (``--queue-name``, ``--exclude-queues``,
+``--batch``, ``--interval``, ``--max-tasks``, ``--backend``, ``--no-startup-delay``,
+``--no-reload``), so moving from db_worker only renames the command.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from typing import Any
 
@@ -40,6 +46,54 @@ def positive_float(value: str) -> float:
 def queue_name(value: str) -> str:
     if not value or len(value) > 100:
         raise argparse.ArgumentTypeError("a queue name is 1 to 100 characters")
+    return value
+
+
+def queue_name_list(value: str) -> list[str]:
+    """db_worker's --queue-name: a comma-separated list, or ``*`` for every queue."""
+    names = [queue_name(name.strip()) for name in value.split(",")]
+    if "*" in names and len(names) > 1:
+        raise argparse.ArgumentTypeError("'*' (every queue) cannot be combined with names")
+    return names
+
+
+def queue_list(value: str) -> list[str]:
+    """db_worker's --exclude-queues: a comma-separated list of queue names."""
+    names = [queue_name(name.strip()) for name in value.split(",")]
+    if "*" in names:
+        raise argparse.ArgumentTypeError("cannot exclude '*'")
+    return names
+
+
+def interval(value: str) -> float:
+    """db_worker's --interval: seconds, zero or more."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {value}")
+    return number
+
+
+def tasks_backend(value: str) -> str:
+    """db_worker's --backend: the alias of a django_sqlq tasks backend in settings.TASKS."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        raise argparse.ArgumentTypeError(compat.INSTALL_HINT)
+    from django_sqlq.backend import SQLQBackend
+    from django_sqlq.compat import InvalidTaskBackend, task_backends
+
+    try:
+        backend = task_backends[value]
+    except InvalidTaskBackend as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not isinstance(backend, SQLQBackend):
+        raise argparse.ArgumentTypeError(
+            f"TASKS[{value!r}] is {type(backend).__module__}.{type(backend).__qualname__}, "
+            "not django_sqlq.backend.SQLQBackend"
+        )
     return value
 
 
@@ -92,6 +146,59 @@ class Command(BaseCommand):
             metavar="ID",
             help="Name of this worker in leases, logs and the admin (default: host:pid:random).",
         )
+        db_worker = parser.add_argument_group(
+            "django-tasks-db db_worker options",
+            "Accepted so that a deployment moving from db_worker only renames the command.",
+        )
+        db_worker.add_argument(
+            "--queue-name",
+            dest="queue_names",
+            type=queue_name_list,
+            default=None,
+            metavar="NAMES",
+            help="Queues to serve, separated by commas, or '*' for every queue.",
+        )
+        db_worker.add_argument(
+            "--exclude-queues",
+            type=queue_list,
+            default=None,
+            metavar="NAMES",
+            help="With --queue-name '*': queues not to serve, separated by commas.",
+        )
+        db_worker.add_argument("--batch", action="store_true", help="The same as --burst.")
+        db_worker.add_argument(
+            "--interval",
+            type=interval,
+            default=None,
+            metavar="SECONDS",
+            help="The same as --poll-interval (0 allowed: poll without pause).",
+        )
+        db_worker.add_argument(
+            "--max-tasks",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="The same as --max-jobs.",
+        )
+        db_worker.add_argument(
+            "--backend",
+            dest="backend_alias",
+            type=tasks_backend,
+            default=None,
+            metavar="ALIAS",
+            help="Serve the queues of this settings.TASKS backend (a django_sqlq SQLQBackend).",
+        )
+        db_worker.add_argument(
+            "--no-startup-delay",
+            action="store_true",
+            help="Accepted and ignored: sqlq_worker has no startup delay (claims never collide).",
+        )
+        db_worker.add_argument(
+            "--reload",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="Only --no-reload is accepted: restart workers from your process manager.",
+        )
 
     def handle(
         self,
@@ -103,6 +210,14 @@ class Command(BaseCommand):
         poll_interval: float | None,
         database: str | None,
         worker_id: str | None,
+        queue_names: list[str] | None,
+        exclude_queues: list[str] | None,
+        batch: bool,
+        interval: float | None,
+        max_tasks: int | None,
+        backend_alias: str | None,
+        no_startup_delay: bool,
+        reload: bool,
         verbosity: int,
         **options: Any,
     ) -> None:
@@ -114,6 +229,33 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Unknown database alias {database!r}; known: {', '.join(connections.settings)}."
             )
+        for ours, theirs, both in (
+            ("--queue", "--queue-name", queues and queue_names is not None),
+            ("--poll-interval", "--interval", poll_interval is not None and interval is not None),
+            ("--max-jobs", "--max-tasks", max_jobs is not None and max_tasks is not None),
+        ):
+            if both:
+                raise CommandError(f"Give {ours} or {theirs} (db_worker's name for it), not both.")
+        if reload:
+            raise CommandError(
+                "sqlq_worker does not reload on code changes; run it under a process manager "
+                "(or a file watcher) that restarts it, and drop --reload."
+            )
+        poll_interval = interval if interval is not None else poll_interval
+        max_jobs = max_tasks if max_tasks is not None else max_jobs
+        burst = burst or batch
+        all_queues = False
+        if queue_names == ["*"]:
+            all_queues, queues = True, None
+        elif queue_names is not None:
+            queues = queue_names
+        if exclude_queues and not all_queues:
+            raise CommandError("--exclude-queues can only be used with --queue-name '*'.")
+        if backend_alias is not None:
+            queues = self._backend_queues(backend_alias, queues, all_queues, exclude_queues)
+            all_queues, exclude_queues = False, None
+            if not queues:
+                raise CommandError(f"No queue of TASKS[{backend_alias!r}] is left to serve.")
         if queues:
             unknown = [q for q in queues if q not in conf.QUEUES]
             if unknown:
@@ -122,13 +264,17 @@ class Command(BaseCommand):
                     f"{', '.join(conf.QUEUES)} (SQLQ['QUEUES'])."
                 )
         self._configure_logging(verbosity)
+        self._serve_tasks()
         worker = Worker(
             queues=queues or None,
+            all_queues=all_queues,
+            exclude_queues=exclude_queues or (),
             concurrency=concurrency,
             poll_interval=poll_interval,
             database=database,
             worker_id=worker_id,
             max_jobs=max_jobs,
+            on_ready=self._announce_ready,
         )
         try:
             worker.run(burst=burst)
@@ -136,6 +282,46 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if worker.forced:
             sys.exit(1)
+
+    def _backend_queues(
+        self,
+        alias: str,
+        queues: list[str] | None,
+        all_queues: bool,
+        exclude_queues: list[str] | None,
+    ) -> list[str]:
+        """--backend: that backend's queues, narrowed by --queue/--queue-name and
+        --exclude-queues."""
+        from django_sqlq.backend import SQLQBackend
+        from django_sqlq.compat import task_backends
+
+        backend = task_backends[alias]
+        assert isinstance(backend, SQLQBackend)  # checked by the argparse type
+        served = list(backend.served_queues())
+        if queues is None or all_queues:
+            return [name for name in served if name not in (exclude_queues or ())]
+        outside = [name for name in queues if name not in served]
+        if outside:
+            raise CommandError(
+                f"Queue(s) {', '.join(outside)} are not queues of TASKS[{alias!r}] "
+                f"({', '.join(served)})."
+            )
+        return queues
+
+    def _serve_tasks(self) -> None:
+        """With Django's tasks framework installed, run @task jobs too (the tasks backend
+        also registers this when a backend is created; here it need not wait for that)."""
+        from django_sqlq import compat, registry
+
+        if compat.AVAILABLE:
+            from django_sqlq.backend import resolve_task
+
+            registry.add_resolver(resolve_task)
+
+    def _announce_ready(self, worker: Worker) -> None:
+        # Printed at every verbosity: scripts and process managers wait for this line.
+        self.stdout.write(f"sqlq_worker {worker.worker_id} ready")
+        self.stdout.flush()
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_sqlq")
