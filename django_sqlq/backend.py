@@ -1,0 +1,447 @@
+"""A backend for Django's tasks framework: ``@task`` functions run on django_sqlq.
+
+```python
+TASKS = {"default": {"BACKEND": "django_sqlq.backend.SQLQBackend"}}
+```
+
+A thin adapter: ``enqueue()`` writes an ordinary :class:`~django_sqlq.models.Job` through
+:mod:`django_sqlq.api` (so the caller's transaction decides whether it exists), the same
+``sqlq_worker`` runs it through a registry resolver, and ``get_result()`` reads the row back
+as a ``TaskResult``. How the two map:
+
+=================  ==================================================================
+TaskResult         Job
+=================  ==================================================================
+``id``             ``str(id)``
+``task``           ``type`` (the task's module path) imported, with ``priority``,
+                   ``queue`` and, from the payload, ``run_after`` and the backend alias
+``args/kwargs``    ``payload["args"]`` / ``payload["kwargs"]``, as ``normalize_json`` made them
+``status``         pending: READY, processing: RUNNING, completed: SUCCESSFUL,
+                   failed or cancelled: FAILED
+``enqueued_at``    ``created_at``: the database's clock, as the INSERT returned it
+``started_at``     ``started_at`` (the latest attempt's start); so is ``last_attempted_at``
+``finished_at``    ``completed_at``
+``errors``         ``errors``: one entry per failed or lost attempt
+``worker_ids``     one per attempt: the holders of the failed attempts, then the current one
+``return_value``   ``result``
+=================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from django.apps import apps
+from django.core import checks
+from django.utils.module_loading import import_string
+
+from django_sqlq import registry
+
+# Without django.tasks or the backport, this import raises an ImportError saying what to
+# install.
+from django_sqlq.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from django_sqlq.conf import get_settings
+from django_sqlq.exceptions import ConfigurationError, PayloadError
+
+if TYPE_CHECKING:
+    from django_sqlq.models import Job
+
+# Nothing here imports the models at import time: the framework instantiates backends when
+# the first @task is defined, which may be while apps are still loading.
+
+__all__ = ["SQLQBackend"]
+
+# Job statuses (django_sqlq.models.JobStatus values) -> the framework's.
+STATUSES: Final[Mapping[str, TaskResultStatus]] = {
+    "pending": TaskResultStatus.READY,
+    "processing": TaskResultStatus.RUNNING,
+    "completed": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+}
+
+# The largest id a BigAutoField holds: anything larger is no id of ours.
+MAX_ID: Final = 2**63 - 1
+
+OPTION_DEFAULTS: Final[Mapping[str, Any]] = {
+    # The framework has no retries: a task that raises is FAILED at once. More than 1 opts
+    # in to django_sqlq's retries, with SQLQ["RETRY_BACKOFF"] between attempts.
+    "MAX_ATTEMPTS": 1,
+}
+
+
+class SQLQBackend(BaseTaskBackend):
+    """Runs tasks on django_sqlq: one ``Job`` row per enqueued task, run by ``sqlq_worker``.
+
+    ``QUEUES`` defaults to ``SQLQ["QUEUES"]`` (read at each validation, so one list to
+    maintain); each queue must be one that ``SQLQ["QUEUES"]`` serves. ``OPTIONS``:
+    ``MAX_ATTEMPTS`` (default 1).
+    """
+
+    supports_defer = True
+    """``run_after`` is stored as the job's ``scheduled_at``."""
+
+    supports_async_task = True
+    """Coroutine functions run on the worker, each in its own event loop."""
+
+    supports_get_result = True
+    """Results live in the jobs table, so any process can read them."""
+
+    supports_priority = True
+    """Priorities -100..100 are django_sqlq's own, highest first."""
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        # Without QUEUES, the backend follows SQLQ["QUEUES"]; an empty set tells the
+        # framework's validate_task() not to check, and ours checks against SQLQ.
+        self.queue_names: tuple[str, ...] = tuple(dict.fromkeys(params.get("QUEUES") or ()))
+        self.queues = set(self.queue_names)
+        unknown = set(self.options) - set(OPTION_DEFAULTS)
+        if unknown:
+            raise InvalidTaskBackend(
+                f"Unknown OPTIONS for the tasks backend {alias!r}: {', '.join(sorted(unknown))}."
+                f" Known: {', '.join(OPTION_DEFAULTS)}."
+            )
+        max_attempts = self.options.get("MAX_ATTEMPTS", OPTION_DEFAULTS["MAX_ATTEMPTS"])
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not (1 <= max_attempts <= 2**31 - 1)
+        ):
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a whole number >= 1, "
+                f"got {max_attempts!r}."
+            )
+        self.max_attempts: int = max_attempts
+        # The worker asks the registry for each job type no @handler claims; this turns
+        # the module path of a @task into a handler. Registering twice is a no-op.
+        registry.add_resolver(resolve_task)
+
+    def served_queues(self) -> tuple[str, ...]:
+        """The queues this backend enqueues into: its ``QUEUES``, else ``SQLQ["QUEUES"]``."""
+        return self.queue_names or get_settings().QUEUES
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        super().validate_task(task)
+        if len(task.module_path) > registry.MAX_TYPE_LENGTH:
+            raise InvalidTask(
+                f"The task's module path is {len(task.module_path)} characters; django_sqlq "
+                f"stores at most {registry.MAX_TYPE_LENGTH}."
+            )
+        served = get_settings().QUEUES
+        if task.queue_name not in served:
+            raise InvalidTask(
+                f"Queue {task.queue_name!r} is not served by django_sqlq: add it to "
+                f"SQLQ['QUEUES'] (now: {', '.join(served)})."
+            )
+
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
+        # Validated again: settings (and so the queues) may have changed since @task ran.
+        self.validate_task(task)
+        from django_sqlq.api import encode_json, submit_job
+        from django_sqlq.models import Job
+
+        # As TaskResult will normalise them: tuples become lists, bytes str...
+        arguments = cast(dict[str, Any], normalize_json({"args": args, "kwargs": kwargs}))
+        args_list: list[Any] = arguments["args"]
+        kwargs_dict: dict[str, Any] = arguments["kwargs"]
+        run_after = task.run_after
+        payload = {
+            "args": args_list,
+            "kwargs": kwargs_dict,
+            "backend": self.alias,
+            "run_after": None if run_after is None else run_after.isoformat(),
+        }
+        encode_json(payload, what="task's arguments", limit=get_settings().MAX_PAYLOAD_BYTES)
+        job = Job(
+            type=task.module_path,
+            queue=task.queue_name,
+            priority=int(task.priority),
+            max_attempts=self.max_attempts,
+            timeout=None,
+            payload=payload,
+        )
+        if run_after is not None:
+            job.scheduled_at = run_after
+        result: TaskResult[Any, Any] = TaskResult(
+            task=task,
+            id="",
+            status=TaskResultStatus.READY,
+            enqueued_at=None,  # filled in with the id, once the row exists
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args_list,
+            kwargs=kwargs_dict,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+
+        def written(job: Job) -> None:
+            # At once, or (jobs table in another database) when the caller's transaction
+            # commits: only then do the id and the enqueue time exist. enqueued_at is the
+            # created_at the INSERT returned, exactly what get_result() will read (the
+            # database's clock, like every time in the jobs table; a time taken in Python
+            # would disagree with the row, and SQLite's clock keeps only milliseconds).
+            object.__setattr__(result, "id", str(job.pk))
+            object.__setattr__(result, "enqueued_at", job.created_at)
+            task_enqueued.send(type(self), task_result=result)
+
+        submit_job(job, on_written=written)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        from django_sqlq.models import Job
+
+        pk = _parse_id(result_id)
+        try:
+            job = Job.objects.using(get_settings().DATABASE).get(pk=pk)
+        except Job.DoesNotExist:
+            raise TaskResultDoesNotExist(result_id) from None
+        return task_result_for(job)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        messages: list[checks.CheckMessage] = list(super().check(**kwargs))
+        where = f"TASKS[{self.alias!r}]"
+        if not apps.is_installed("django_sqlq"):
+            messages.append(
+                checks.Error(
+                    f"{where} uses {type(self).__name__}, but django_sqlq is not installed.",
+                    hint="Add 'django_sqlq' to INSTALLED_APPS and run `manage.py migrate`.",
+                    obj=where,
+                    id="django_sqlq.E101",
+                )
+            )
+            return messages
+        try:
+            served = get_settings().QUEUES
+        except ConfigurationError:
+            return messages  # django_sqlq.E001 reports it
+        unserved = [name for name in self.queue_names if name not in served]
+        if unserved:
+            messages.append(
+                checks.Error(
+                    f"{where}['QUEUES'] names queue(s) that django_sqlq does not serve: "
+                    f"{', '.join(unserved)}.",
+                    hint=f"Add them to SQLQ['QUEUES'] (now: {', '.join(served)}), or drop "
+                    f"{where}['QUEUES'] to use SQLQ['QUEUES'] as it is.",
+                    obj=where,
+                    id="django_sqlq.E102",
+                )
+            )
+        return messages
+
+
+# -- reading jobs back as results ----------------------------------------------------------
+
+
+def _parse_id(result_id: object) -> int:
+    """The job id in a result id; TaskResultDoesNotExist for anything we never handed out."""
+    if (
+        isinstance(result_id, str)
+        and result_id.isascii()
+        and result_id.isdigit()
+        and result_id == str(int(result_id))
+        and 0 < int(result_id) <= MAX_ID
+    ):
+        return int(result_id)
+    raise TaskResultDoesNotExist(result_id)
+
+
+def _import_task(path: str) -> Task[Any, Any] | None:
+    """The Task at ``path``, or None: only ``@task`` objects ever run."""
+    try:
+        found = import_string(path)
+    except ImportError:
+        return None
+    return found if isinstance(found, Task) else None
+
+
+def _task_with(task: Task[Any, Any], **changes: Any) -> Task[Any, Any]:
+    """``task`` with some fields changed, without validating it again.
+
+    ``Task.using()`` would re-validate: a stored job must read back (and run) even after the
+    settings changed, as it was validated when it was enqueued.
+    """
+    clone = object.__new__(type(task))
+    for field in dataclasses.fields(task):
+        object.__setattr__(clone, field.name, changes.get(field.name, getattr(task, field.name)))
+    return clone
+
+
+def _exception_class_path(name: str) -> str:
+    # Errors record builtins by their bare name; the framework wants an importable path.
+    return name if "." in name else f"builtins.{name}"
+
+
+def _worker_ids(job: Job) -> list[str]:
+    """One worker id per attempt (the framework counts attempts as ``len(worker_ids)``)."""
+    holder = job.status in ("processing", "completed") and job.locked_by
+    past = job.attempts - (1 if holder else 0)
+    entries = job.errors if isinstance(job.errors, list) else []
+    ids = [str(entry.get("worker_id", "")) for entry in entries if isinstance(entry, dict)]
+    ids = ids[-past:] if past > 0 else []
+    return [*ids, job.locked_by] if holder else ids
+
+
+def _errors(job: Job) -> list[TaskError]:
+    errors = []
+    for entry in job.errors if isinstance(job.errors, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        errors.append(
+            TaskError(
+                exception_class_path=_exception_class_path(
+                    str(entry.get("exception_class") or "Exception")
+                ),
+                traceback=str(entry.get("traceback") or entry.get("message") or ""),
+            )
+        )
+    return errors
+
+
+def task_result_for(job: Job) -> TaskResult[Any, Any]:
+    """The TaskResult a Job stands for. TaskResultDoesNotExist if it is no task's job."""
+    payload = job.payload
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("args"), list)
+        or not isinstance(payload.get("kwargs"), dict)
+    ):
+        raise TaskResultDoesNotExist(
+            f"Job {job.pk} is not a task: its payload has no args and kwargs."
+        )
+    task = _import_task(job.type)
+    if task is None:
+        raise TaskResultDoesNotExist(
+            f"Job {job.pk} is not a task: its type {job.type!r} is no @task (or no longer "
+            "imports)."
+        )
+    alias = payload.get("backend")
+    run_after = payload.get("run_after")
+    task = _task_with(
+        task,
+        priority=job.priority,
+        queue_name=job.queue,
+        run_after=datetime.fromisoformat(run_after) if isinstance(run_after, str) else None,
+        backend=alias if isinstance(alias, str) else task.backend,
+    )
+    result: TaskResult[Any, Any] = TaskResult(
+        task=task,
+        id=str(job.pk),
+        status=STATUSES[job.status],
+        enqueued_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.completed_at,
+        last_attempted_at=job.started_at,
+        args=payload["args"],
+        kwargs=payload["kwargs"],
+        backend=task.backend,
+        errors=_errors(job),
+        worker_ids=_worker_ids(job),
+    )
+    if job.status == "completed":
+        object.__setattr__(result, "_return_value", job.result)
+    return result
+
+
+def _load(job_id: int) -> TaskResult[Any, Any]:
+    from django_sqlq.models import Job
+
+    return task_result_for(Job.objects.using(get_settings().DATABASE).get(pk=job_id))
+
+
+# -- running tasks on the worker ----------------------------------------------------------
+
+# The result read when the current attempt started, per runner thread, so the task's
+# context and the task_started signal see the same RUNNING result (and one query serves
+# both). Set by on_start, taken by the handler, in the same thread.
+_running = threading.local()
+
+
+def resolve_task(type_name: str) -> registry.Handler | None:
+    """The registry resolver: a Handler for a job whose type is a ``@task``'s module path."""
+    if _import_task(type_name) is None:
+        return None
+    return registry.Handler(
+        name=type_name,
+        func=run_task,
+        takes_context=True,
+        on_start=_task_started,
+        on_finish=_task_finished,
+    )
+
+
+def _sender(alias: str) -> type[SQLQBackend]:
+    """What the framework's backends send signals as: the backend's class."""
+    try:
+        backend = task_backends[alias]
+    except Exception:  # the alias was removed from TASKS since the task was enqueued
+        return SQLQBackend
+    return type(backend) if isinstance(backend, SQLQBackend) else SQLQBackend
+
+
+def _task_started(context: registry.JobContext) -> None:
+    result = _load(context.job_id)
+    _running.current = ((context.job_id, context.attempt), result)
+    task_started.send(_sender(result.backend), task_result=result)
+
+
+def _task_finished(context: registry.JobContext, status: str, value: Any) -> None:
+    if status not in ("completed", "failed"):
+        return  # a retry: the task is READY again, not finished
+    result = _load(context.job_id)
+    task_finished.send(_sender(result.backend), task_result=result)
+
+
+def run_task(payload: Any, context: registry.JobContext) -> Any:
+    """Call the task as the framework would, and return what JSON can store."""
+    current = getattr(_running, "current", None)
+    _running.current = None
+    if current is not None and current[0] == (context.job_id, context.attempt):
+        result: TaskResult[Any, Any] = current[1]
+    else:
+        result = _load(context.job_id)
+    task = result.task
+    if task.takes_context:
+        value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+    else:
+        value = task.call(*result.args, **result.kwargs)
+    return _storable(value)
+
+
+def _storable(value: Any) -> Any:
+    """The return value as the framework normalises it. Anything JSON cannot hold raises a
+    plain TypeError, as with the framework's own backends, so the TaskResult's error reads
+    ``builtins.TypeError`` rather than a django_sqlq class the task's author never met."""
+    try:
+        normalized = normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"The task's return value cannot be stored as JSON: {exc}") from exc
+    from django_sqlq.api import encode_json
+
+    try:
+        encode_json(normalized, what="task's return value")
+    except PayloadError as exc:
+        raise TypeError(str(exc)) from exc
+    return normalized

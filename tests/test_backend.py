@@ -1,0 +1,450 @@
+"""The tasks backend: @task code (tests/testapp/tasks.py, framework-only) runs on django_sqlq.
+
+Runs against django.tasks on Django 6+ and the django_tasks backport on Django 5.2; skipped
+only where neither is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from datetime import timezone as dt_timezone
+from types import ModuleType
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.apps import apps
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.db import connections, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from django_sqlq import compat, enqueue, lifecycle
+from django_sqlq.models import Job, JobStatus
+from django_sqlq.worker import Worker
+from tests.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def tasks() -> ModuleType:
+    """The @task module; skips the test when no tasks framework is installed."""
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    return importlib.import_module("tests.testapp.tasks")
+
+
+@pytest.fixture
+def backend(tasks: ModuleType) -> Any:
+    return compat.task_backends["default"]
+
+
+@pytest.fixture
+def sent() -> Iterator[dict[str, list[Any]]]:
+    """What task_enqueued / task_started / task_finished were sent with, by signal."""
+    seen: dict[str, list[Any]] = {"enqueued": [], "started": [], "finished": []}
+    if not compat.AVAILABLE:
+        yield seen
+        return
+    receivers = {}
+    for name in seen:
+        signal_ = getattr(compat, f"task_{name}")
+
+        def receiver(sender: Any, task_result: Any, _name: str = name, **kwargs: Any) -> None:
+            seen[_name].append((sender, task_result))
+
+        signal_.connect(receiver, weak=False)
+        receivers[name] = (signal_, receiver)
+    yield seen
+    for signal_, receiver in receivers.values():
+        signal_.disconnect(receiver)
+
+
+# A second backend alias that opts in to retries and serves one queue.
+RETRYING = {
+    "BACKEND": "django_sqlq.backend.SQLQBackend",
+    "QUEUES": ["reports"],
+    "OPTIONS": {"MAX_ATTEMPTS": 3},
+}
+
+
+@pytest.fixture
+def retrying(tasks: ModuleType) -> Iterator[Any]:
+    """TASKS["retrying"] (for in-process workers and commands only)."""
+    with override_settings(TASKS={**settings.TASKS, "retrying": RETRYING}):
+        yield compat.task_backends["retrying"]
+
+
+def run_burst(**kwargs: Any) -> Worker:
+    worker = Worker(**kwargs)
+    worker.run(burst=True, install_signal_handlers=False)
+    return worker
+
+
+def statuses(results: list[Any], backend: Any) -> list[str]:
+    return [backend.get_result(r.id).status for r in results]
+
+
+# -- enqueue and get_result ------------------------------------------------------------------
+
+
+def test_enqueue_writes_a_job_that_round_trips_through_get_result(tasks, backend, sent):
+    run_after = timezone.now().astimezone(dt_timezone(timedelta(hours=2))) + timedelta(hours=1)
+    deferred = tasks.echo.using(priority=-7, run_after=run_after)
+    result = deferred.enqueue(1, [2, (3, b"four")], key={"nested": (5,)}, none=None)
+    plain = tasks.add.enqueue(2, 3)
+
+    assert isinstance(result.id, str) and result.status == compat.TaskResultStatus.READY
+    assert result.args == [1, [2, [3, "four"]]]
+    assert result.kwargs == {"key": {"nested": [5]}, "none": None}
+    # Every field, enqueued_at to the microsecond, run_after and run_after=None included.
+    assert backend.get_result(result.id) == result
+    assert tasks.echo.get_result(result.id) == result
+    assert backend.get_result(plain.id) == plain
+    assert backend.get_result(plain.id).task.run_after is None
+    assert backend.get_result(result.id).task.run_after == run_after
+
+    job = Job.objects.get(pk=int(result.id))
+    assert job.type == "tests.testapp.tasks.echo"
+    assert (job.queue, job.priority, job.max_attempts) == ("emails", -7, 1)
+    assert job.status == JobStatus.PENDING
+    assert job.payload["args"] == result.args and job.payload["kwargs"] == result.kwargs
+    assert job.scheduled_at == run_after
+    assert job.created_at == result.enqueued_at is not None
+    assert [r.id for _, r in sent["enqueued"]] == [result.id, plain.id]
+    assert all(sender is type(backend) for sender, _ in sent["enqueued"])
+
+
+def test_aenqueue_and_aget_result_from_async_code(tasks, backend, sent):
+    async def main() -> tuple[Any, Any]:
+        try:
+            result = await tasks.add.aenqueue(20, 22)
+            fetched = await tasks.add.aget_result(result.id)
+            with pytest.raises(compat.TaskResultDoesNotExist):
+                await backend.aget_result("123456789")
+            return result, fetched
+        finally:
+            # The ORM ran in asgiref's thread: close its connections there.
+            await sync_to_async(connections.close_all)()
+
+    result, fetched = asyncio.run(main())
+    assert fetched == result
+    assert [r.id for _, r in sent["enqueued"]] == [result.id]
+    run_burst()
+    assert backend.get_result(result.id).return_value == 42
+
+
+def test_a_rolled_back_transaction_leaves_no_task(tasks, backend):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        result = tasks.add.enqueue(1, 1)
+        assert Job.objects.filter(pk=int(result.id)).exists()
+        raise RuntimeError("roll back")
+    assert not Job.objects.exists()
+    with pytest.raises(compat.TaskResultDoesNotExist):
+        backend.get_result(result.id)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_jobs_table_in_another_database_waits_for_the_callers_commit(tasks, backend, sent):
+    with override_settings(SQLQ={**settings.SQLQ, "DATABASE": "other"}):
+        with transaction.atomic(using="default"):
+            result = tasks.add.enqueue(1, 2)
+            # Not written (so no id, no signal) until the caller's transaction commits.
+            assert result.id == ""
+            assert not Job.objects.using("other").exists()
+            assert sent["enqueued"] == []
+        job = Job.objects.using("other").get()
+        assert result.id == str(job.pk)
+        assert [r for _, r in sent["enqueued"]] == [result]
+        assert backend.get_result(result.id) == result
+
+
+def test_unknown_or_malformed_ids_do_not_exist(tasks, backend):
+    handler_job = enqueue("tests.noop")
+    echo = tasks.echo.enqueue()
+    for bad in ["0", "-1", "1.0", " 1", "007", "abc", "", "١٢", "9" * 30, "999999999",
+                str(handler_job.pk)]:  # fmt: skip
+        with pytest.raises(compat.TaskResultDoesNotExist):
+            backend.get_result(bad)
+    with pytest.raises(compat.TaskResultMismatch):
+        tasks.add.get_result(echo.id)
+
+
+def test_validation_happens_again_at_enqueue(tasks, backend):
+    # The queue list changed since @task ran: in django_sqlq's settings...
+    with (
+        override_settings(SQLQ={**settings.SQLQ, "QUEUES": ["default"]}),
+        pytest.raises(compat.InvalidTask, match="SQLQ\\['QUEUES'\\]"),
+    ):
+        tasks.echo.enqueue()
+    # ... or in the backend's.
+    with (
+        override_settings(TASKS={"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}),
+        pytest.raises(compat.InvalidTask, match="emails"),
+    ):
+        tasks.echo.enqueue()
+    with pytest.raises(TypeError):
+        tasks.add.enqueue(object(), 1)
+    with pytest.raises((TypeError, ValueError)):
+        tasks.add.enqueue(float("nan"), 1)
+    with pytest.raises(compat.InvalidTask):
+        tasks.add.using(priority=101)
+    assert not Job.objects.exists()
+
+
+def test_backend_options_are_validated():
+    if not compat.AVAILABLE:
+        pytest.skip("no tasks framework")
+    from django_sqlq.backend import SQLQBackend
+
+    for options in ({"MAX_ATTEMPTS": 0}, {"MAX_ATTEMPTS": "3"}, {"RETRIES": 3}):
+        with pytest.raises(compat.InvalidTaskBackend):
+            SQLQBackend("bad", {"OPTIONS": options})
+
+
+def test_check_reports_a_missing_app_and_unserved_queues(tasks, monkeypatch):
+    from django_sqlq.backend import SQLQBackend
+
+    assert SQLQBackend("ok", {}).check() == []
+    assert SQLQBackend("ok", {"QUEUES": ["emails"]}).check() == []
+    [error] = SQLQBackend("mine", {"QUEUES": ["default", "nope"]}).check()
+    assert error.id == "django_sqlq.E102"
+    assert "nope" in error.msg and "SQLQ['QUEUES']" in error.hint
+    monkeypatch.setattr(apps, "is_installed", lambda name: name != "django_sqlq")
+    [error] = SQLQBackend("mine", {}).check()
+    assert error.id == "django_sqlq.E101"
+    assert "INSTALLED_APPS" in error.hint
+
+
+def test_compat_imports_cleanly_without_a_tasks_framework():
+    code = (
+        "import sys\n"
+        "sys.modules['django.tasks'] = sys.modules['django_tasks'] = None\n"
+        "import django_sqlq.compat as compat\n"
+        "assert compat.AVAILABLE is False and compat.FRAMEWORK is None\n"
+        "try:\n"
+        "    import django_sqlq.backend\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert "pip install 'django-sqlq[tasks]'" in out.stdout
+
+
+# -- running tasks ---------------------------------------------------------------------------
+
+
+def test_success_stores_the_return_value_and_sends_each_signal_once(tasks, backend, sent):
+    result = tasks.add.enqueue(2, 3)
+    async_result = tasks.async_add.enqueue(4, 5)
+    worker = run_burst()
+
+    done = backend.get_result(result.id)
+    assert done.status == compat.TaskResultStatus.SUCCESSFUL
+    assert done.return_value == 5
+    assert done.worker_ids == [worker.worker_id] and done.attempts == 1
+    assert done.errors == []
+    assert done.enqueued_at <= done.started_at <= done.finished_at
+    assert done.last_attempted_at == done.started_at
+    assert backend.get_result(async_result.id).return_value == 9
+    result.refresh()
+    assert result == done
+
+    ids = {result.id, async_result.id}
+    for name in ("enqueued", "started", "finished"):
+        assert sorted(r.id for _, r in sent[name]) == sorted(ids), name
+    assert {r.status for _, r in sent["started"]} == {compat.TaskResultStatus.RUNNING}
+    finished = {r.id: r for _, r in sent["finished"]}
+    assert finished[result.id] == done
+    assert all(sender is type(backend) for name in sent for sender, _ in sent[name])
+
+
+def test_failures_are_failed_with_class_and_traceback_and_the_worker_goes_on(tasks, backend, sent):
+    failing = tasks.fail.enqueue("it broke")
+    exits = tasks.exit_with.enqueue("SystemExit")
+    interrupted = tasks.exit_with.enqueue("KeyboardInterrupt")
+    unserialisable = tasks.unserialisable.enqueue()
+    fine = tasks.add.enqueue(1, 1)
+    run_burst()
+
+    result = backend.get_result(failing.id)
+    assert result.status == compat.TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class_path == "tests.testapp.tasks.TaskFailed"
+    assert error.exception_class is tasks.TaskFailed
+    assert error.traceback.startswith("Traceback (most recent call last)")
+    assert "raise TaskFailed(message)" in error.traceback
+    assert "TaskFailed: it broke" in error.traceback
+    assert result.attempts == 1 and result.finished_at is not None
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = result.return_value
+
+    classes = {
+        exits.id: SystemExit,
+        interrupted.id: KeyboardInterrupt,
+        # What the framework's own backends raise for a return value JSON cannot hold.
+        unserialisable.id: TypeError,
+    }
+    for result_id, kind in classes.items():
+        [error] = backend.get_result(result_id).errors
+        assert error.exception_class is kind, error.exception_class_path
+    assert "cannot be stored as JSON" in backend.get_result(unserialisable.id).errors[0].traceback
+    assert backend.get_result(fine.id).return_value == 2
+    failed = [r.id for _, r in sent["finished"] if r.status == compat.TaskResultStatus.FAILED]
+    assert sorted(failed) == sorted([failing.id, exits.id, interrupted.id, unserialisable.id])
+
+
+def test_takes_context_gets_the_running_result_and_attempt(tasks, backend):
+    result = tasks.with_context.enqueue("hello")
+    worker = run_burst()
+    assert backend.get_result(result.id).return_value == {
+        "label": "hello",
+        "attempt": 1,
+        "id": result.id,
+        "status": "RUNNING",
+        "worker_ids": [worker.worker_id],
+    }
+
+
+def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path):
+    log = tmp_path / "attempts"
+    result = tasks.flaky.using(backend="retrying").enqueue(str(log))
+    assert Job.objects.get(pk=int(result.id)).max_attempts == 3
+    worker = run_burst(queues=["reports"])
+
+    done = retrying.get_result(result.id)
+    assert (done.status, done.return_value) == (compat.TaskResultStatus.SUCCESSFUL, 2)
+    assert log.read_text().split() == ["1", "2"]
+    assert done.worker_ids == [worker.worker_id] * 2
+    assert [e.exception_class_path for e in done.errors] == ["tests.testapp.tasks.TaskFailed"]
+    # Each attempt starts; the task finishes once.
+    assert len(sent["started"]) == 2 and len(sent["finished"]) == 1
+
+
+def test_statuses_map_onto_the_frameworks(tasks, backend):
+    ready, running, cancelled = (tasks.add.enqueue(n, n) for n in range(3))
+    lifecycle.cancel([int(cancelled.id)])
+    claimed = lifecycle.claim("default", queues=None, worker_id="w1", limit=1, lease_seconds=30)
+    assert [str(job.id) for job in claimed] == [ready.id]  # oldest first
+    assert backend.get_result(ready.id).status == compat.TaskResultStatus.RUNNING
+    assert backend.get_result(ready.id).worker_ids == ["w1"]
+    assert backend.get_result(running.id).status == compat.TaskResultStatus.READY
+    gone = backend.get_result(cancelled.id)
+    assert gone.status == compat.TaskResultStatus.FAILED and gone.finished_at is not None
+
+
+def test_priority_order(tasks, tmp_path):
+    log = tmp_path / "ran"
+    for n, priority in enumerate([0, 50, -10, 100, 50]):
+        tasks.record.using(priority=priority).enqueue(str(log), n)
+    run_burst()
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["3", "1", "4", "0", "2"]
+
+
+def test_run_after_holds_the_task_back(tasks, backend):
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+    assert run_burst().jobs_claimed == 0
+    assert backend.get_result(later.id).status == compat.TaskResultStatus.READY
+    run_burst(clock=lambda: timezone.now() + timedelta(hours=1, seconds=1))
+    assert backend.get_result(later.id).return_value == 3
+
+
+# -- sqlq_worker with db_worker's options ----------------------------------------------------
+
+
+def test_db_worker_queue_options_select_queues(tasks, backend, retrying, tmp_path):
+    log = str(tmp_path / "ran")
+    default, emails, reports = (
+        tasks.record.using(queue_name=name).enqueue(log, n)
+        for n, name in enumerate(["default", "emails", "reports"])
+    )
+    call_command("sqlq_worker", "--queue-name", "emails", "--batch", verbosity=0)
+    assert statuses([default, emails, reports], backend) == ["READY", "SUCCESSFUL", "READY"]
+    call_command(
+        "sqlq_worker", "--queue-name", "*", "--exclude-queues", "reports,emails", "--batch",
+        "--interval", "0", "--no-startup-delay", "--no-reload", verbosity=0,
+    )  # fmt: skip
+    assert statuses([default, emails, reports], backend) == ["SUCCESSFUL"] * 2 + ["READY"]
+    # The "retrying" backend serves only "reports".
+    more = tasks.record.enqueue(log, 3)
+    call_command(
+        "sqlq_worker", "--backend", "retrying", "--max-tasks", "5", "--batch", verbosity=0
+    )
+    assert statuses([reports, more], backend) == ["SUCCESSFUL", "READY"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--queue", "default", "--queue-name", "emails"], "--queue or --queue-name"),
+        (["--interval", "1", "--poll-interval", "1"], "--poll-interval or --interval"),
+        (["--max-tasks", "1", "--max-jobs", "1"], "--max-jobs or --max-tasks"),
+        (["--exclude-queues", "emails"], "only be used with --queue-name '\\*'"),
+        (["--queue-name", "default", "--exclude-queues", "emails"], "--queue-name '\\*'"),
+        (["--queue-name", "*,emails"], "cannot be combined"),
+        (["--interval", "-1"], "finite number of seconds >= 0"),
+        (["--max-tasks", "0"], "at least 1"),
+        (["--backend", "nope"], "nope"),
+        (["--backend", "retrying", "--queue-name", "emails"], "not queues of TASKS"),
+        (["--backend", "retrying", "--queue-name", "*", "--exclude-queues", "reports"], "left"),
+        (["--queue-name", "nope"], "Unknown queue"),
+        (["--reload"], "does not reload"),
+    ],
+)
+def test_db_worker_options_conflicts_are_clear_errors(tasks, retrying, args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("sqlq_worker", *args, "--batch", verbosity=0)
+
+
+# -- real worker processes -------------------------------------------------------------------
+
+
+def test_sigterm_during_a_task_lets_it_finish(tasks, backend, spawn_worker, tmp_path):
+    started, release = tmp_path / "started", tmp_path / "release"
+    result = tasks.wait_for_file.enqueue(str(started), str(release))
+    worker = spawn_worker("--queue-name", "default", "--no-startup-delay")
+    worker.wait_ready()
+    wait_for(started.exists)
+    # RUNNING is visible to other processes while the task runs.
+    running = backend.get_result(result.id)
+    assert running.status == compat.TaskResultStatus.RUNNING
+    assert running.attempts == 1
+    worker.signal(signal.SIGTERM)
+    wait_for(lambda: "SIGTERM" in worker.output())
+    assert worker.proc.poll() is None
+    release.touch()
+    assert worker.wait() == 0, worker.output()
+    done = backend.get_result(result.id)
+    assert (done.status, done.return_value) == (compat.TaskResultStatus.SUCCESSFUL, "released")
+
+
+def test_two_workers_never_run_a_task_twice(tasks, backend, spawn_worker, tmp_path):
+    log = tmp_path / "ran"
+    workers = [
+        spawn_worker("--queue-name", "default", "--concurrency", "2", "--interval", "0.02")
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.wait_ready()
+    count = 200
+    with transaction.atomic():
+        results = [tasks.record.enqueue(str(log), n) for n in range(count)]
+    wait_for(lambda: Job.objects.completed().count() == count, timeout=90)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait() == 0, worker.output()
+    ran = sorted(int(line.split()[0]) for line in log.read_text().splitlines())
+    assert ran == list(range(count))
+    assert {backend.get_result(r.id).attempts for r in results[:: count // 10]} == {1}
+    assert not Job.objects.exclude(status=JobStatus.COMPLETED).exists()
