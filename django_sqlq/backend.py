@@ -365,10 +365,11 @@ def task_result_for(job: Job) -> TaskResult[Any, Any]:
     return result
 
 
-def _load(job_id: int) -> TaskResult[Any, Any]:
+def _load(job_id: int, database: str | None = None) -> TaskResult[Any, Any]:
     from django_sqlq.models import Job
 
-    return task_result_for(Job.objects.using(get_settings().DATABASE).get(pk=job_id))
+    alias = database or get_settings().DATABASE
+    return task_result_for(Job.objects.using(alias).get(pk=job_id))
 
 
 # -- running tasks on the worker ----------------------------------------------------------
@@ -402,7 +403,7 @@ def _sender(alias: str) -> type[SQLQBackend]:
 
 
 def _task_started(context: registry.JobContext) -> None:
-    result = _load(context.job_id)
+    result = _load(context.job_id, context.database)
     _running.current = ((context.job_id, context.attempt), result)
     task_started.send(_sender(result.backend), task_result=result)
 
@@ -410,7 +411,7 @@ def _task_started(context: registry.JobContext) -> None:
 def _task_finished(context: registry.JobContext, status: str, value: Any) -> None:
     if status not in ("completed", "failed"):
         return  # a retry: the task is READY again, not finished
-    result = _load(context.job_id)
+    result = _load(context.job_id, context.database)
     task_finished.send(_sender(result.backend), task_result=result)
 
 
@@ -421,7 +422,7 @@ def run_task(payload: Any, context: registry.JobContext) -> Any:
     if current is not None and current[0] == (context.job_id, context.attempt):
         result: TaskResult[Any, Any] = current[1]
     else:
-        result = _load(context.job_id)
+        result = _load(context.job_id, context.database)
     task = result.task
     if task.takes_context:
         value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)

@@ -20,7 +20,7 @@ from django.db import connections
 from django_sqlq.exceptions import ConfigurationError
 
 
-@register(Tags.compatibility, Tags.database)
+@register(Tags.compatibility)
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
@@ -51,19 +51,36 @@ def check_settings(
             )
         ]
     messages: list[CheckMessage] = []
-    if vendor(conf.DATABASE) == "sqlite":
-        if sqlite3.sqlite_version_info < (3, 35, 0):
-            messages.append(
-                Error(
-                    f"SQLite {sqlite3.sqlite_version} is too old: django_sqlq needs 3.35+ "
-                    "(UPDATE ... RETURNING).",
-                    hint="Upgrade SQLite, or use a Python build linked with a newer one.",
-                    id="django_sqlq.E004",
-                )
+    if vendor(conf.DATABASE) == "sqlite" and sqlite3.sqlite_version_info < (3, 35, 0):
+        messages.append(
+            Error(
+                f"SQLite {sqlite3.sqlite_version} is too old: django_sqlq needs 3.35+ "
+                "(UPDATE ... RETURNING).",
+                hint="Upgrade SQLite, or use a Python build linked with a newer one.",
+                id="django_sqlq.E004",
             )
-        if kwargs.get("databases") and conf.DATABASE in kwargs["databases"]:
-            messages.extend(_check_wal(conf.DATABASE))
+        )
     return messages
+
+
+@register(Tags.database)
+def check_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Checks that query the queue database: only with ``check --database <alias>``."""
+    from django_sqlq.conf import get_settings
+    from django_sqlq.db import vendor
+
+    try:
+        conf = get_settings()
+    except ConfigurationError:
+        return []  # reported by check_settings
+    databases = kwargs.get("databases") or ()
+    if conf.DATABASE not in databases or conf.DATABASE not in connections.settings:
+        return []
+    if vendor(conf.DATABASE) == "sqlite":
+        return _check_wal(conf.DATABASE)
+    return []
 
 
 def _check_wal(alias: str) -> list[CheckMessage]:

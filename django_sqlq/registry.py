@@ -31,6 +31,7 @@ class JobContext:
     attempt: int
     max_attempts: int
     worker_id: str
+    database: str = "default"  # the alias of the queue database this worker serves
 
 
 @dataclass(frozen=True)

@@ -471,6 +471,7 @@ class Worker:
             attempt=job.attempts,
             max_attempts=job.max_attempts,
             worker_id=self.worker_id,
+            database=self.database,
         )
 
     def _hook(self, hook: Callable[..., None] | None, *args: Any) -> None:

@@ -10,6 +10,8 @@ from django.test import override_settings
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError
 
+pytestmark = pytest.mark.django_db(databases=["default", "other"])
+
 
 def ids(messages) -> set[str]:
     return {m.id for m in messages if m.id and m.id.startswith("django_sqlq")}
@@ -40,7 +42,7 @@ def test_unknown_database_alias_is_e002():
     assert ids(run_checks()) == {"django_sqlq.E002"}
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_sqlite_not_in_wal_mode_is_w001(engine):
     if engine != "sqlite":
         pytest.skip("WAL is a SQLite capability")
@@ -55,7 +57,6 @@ def test_sqlite_not_in_wal_mode_is_w001(engine):
     assert "django_sqlq.W001" not in ids(run_checks(databases=["default"]))
 
 
-@pytest.mark.django_db
 def test_new_sqlite_connections_get_the_pragmas(engine):
     if engine != "sqlite":
         pytest.skip("PRAGMAs are a SQLite capability")

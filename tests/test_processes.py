@@ -106,3 +106,27 @@ def test_sigterm_gives_back_claimed_but_unstarted_jobs_at_once(tmp_path, spawn_w
     waiting.refresh_from_db()
     # Never claimed (concurrency 1, the slot was busy) or given back: pending, attempt uncounted.
     assert (waiting.status, waiting.attempts, waiting.locked_by) == (JobStatus.PENDING, 0, "")
+
+
+def test_processes_supervisor_restarts_a_dead_child(tmp_path, spawn_worker):
+    import os
+
+    log = tmp_path / "ran"
+    supervisor = spawn_worker("--processes", "2", "--worker-id", "sup", "-v", "1")
+    wait_for(lambda: supervisor.output().count(" ready") >= 2)
+    children = {
+        int(line.rsplit("pid ", 1)[1].rstrip(")"))
+        for line in supervisor.output().splitlines()
+        if "started worker process" in line
+    }
+    assert len(children) == 2
+    victim = sorted(children)[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: "died with exit code -9" in supervisor.output())
+    wait_for(lambda: supervisor.output().count("started worker process") >= 3)
+    jobs = bulk_enqueue("tests.record", [{"n": i, "path": str(log)} for i in range(200)])
+    wait_for(lambda: Job.objects.completed().count() == len(jobs), timeout=60)
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=60) == 0, supervisor.output()
+    assert set(ran(log)) == set(range(200))
+    assert max(ran(log).values()) == 1

@@ -116,6 +116,14 @@ class Command(BaseCommand):
             help="Jobs run at once, each in its own thread (default: 1).",
         )
         parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="Run N worker processes under one supervisor that restarts any that dies "
+            "(for CPU-bound jobs; default: 1, no supervisor).",
+        )
+        parser.add_argument(
             "--burst",
             action="store_true",
             help="Run until no runnable job is left, then exit 0.",
@@ -205,6 +213,7 @@ class Command(BaseCommand):
         *,
         queues: list[str] | None,
         concurrency: int,
+        processes: int,
         burst: bool,
         max_jobs: int | None,
         poll_interval: float | None,
@@ -265,17 +274,24 @@ class Command(BaseCommand):
                 )
         self._configure_logging(verbosity)
         self._serve_tasks()
-        worker = Worker(
-            queues=queues or None,
-            all_queues=all_queues,
-            exclude_queues=exclude_queues or (),
-            concurrency=concurrency,
-            poll_interval=poll_interval,
-            database=database,
-            worker_id=worker_id,
-            max_jobs=max_jobs,
-            on_ready=self._announce_ready,
-        )
+        worker_kwargs: dict[str, Any] = {
+            "queues": queues or None,
+            "all_queues": all_queues,
+            "exclude_queues": exclude_queues or (),
+            "concurrency": concurrency,
+            "poll_interval": poll_interval,
+            "database": database,
+            "worker_id": worker_id,
+            "max_jobs": max_jobs,
+            "on_ready": self._announce_ready,
+        }
+        if processes > 1:
+            from django_sqlq.supervisor import Supervisor
+
+            sys.exit(
+                Supervisor(processes=processes, worker_kwargs=worker_kwargs, burst=burst).run()
+            )
+        worker = Worker(**worker_kwargs)
         try:
             worker.run(burst=burst)
         except WorkerError as exc:
