@@ -1,51 +1,472 @@
-"""The Django admin for the queue: jobs, failed jobs, actions that call lifecycle."""
+"""The Django admin for the queue: all jobs, failed jobs, workers, and a live dashboard.
+
+Operators act through the actions here (retry, cancel, run now, delete); each one calls
+:mod:`django_sqlq.lifecycle`, whose single conditional statement skips a job that changed
+meanwhile (a worker claimed it) instead of corrupting it. The dashboard's numbers come from
+:mod:`django_sqlq.dashboard`.
+
+Made for a table of millions of rows: the lists never count the whole table (a bounded
+count, see :class:`BoundedCountPaginator`), filter choices come from the settings, the
+handler registry and the newest rows, and the only ordering offered is the primary key.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.utils.html import format_html
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
+from django.db.models import Count, QuerySet
+from django.db.models.functions import Left
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils import formats, timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_sqlq import lifecycle
-from django_sqlq.models import FailedJob, Job, WorkerProcess
-
+from django_sqlq import dashboard, lifecycle, registry
+from django_sqlq.conf import get_settings
+from django_sqlq.models import FailedJob, Job, JobStatus, WorkerProcess
 
 if TYPE_CHECKING:
     JobModelAdmin = admin.ModelAdmin[Job]
     WorkerModelAdmin = admin.ModelAdmin[WorkerProcess]
+    AnyPaginator = Paginator[Any]
 else:
     JobModelAdmin = WorkerModelAdmin = admin.ModelAdmin
+    AnyPaginator = Paginator
+
+# The changelist shows this much of ``last_error``; the job page shows all of it.
+ERROR_LINE_CHARS = 160
+# Operator actions change jobs in statements of at most this many ids.
+ACTION_CHUNK = 500
+# Seconds between refreshes of the live parts of the pages.
+LIVE_SECONDS = 5
+CHARTS_SECONDS = 30
+JOB_PAGE_SECONDS = 2
 
 
-def _pretty(value: Any) -> str:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+def _queue_alias() -> str:
+    return get_settings().DATABASE
+
+
+def _pretty_json(value: Any) -> SafeString:
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre class="sqlq-json">{}</pre>', text)
+
+
+def _datetime(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return str(formats.localize(value))
+
+
+def _status_label(status: str) -> str:
+    return str(JobStatus(status).label) if status in JobStatus.values else status
+
+
+def status_badge(status: str) -> SafeString:
+    return format_html('<span class="sqlq-badge sqlq-{}">{}</span>', status, _status_label(status))
+
+
+def admin_links(site_name: str) -> dict[str, str | None]:
+    """URLs of the queue's pages in this admin site (None for a model not registered)."""
+    links: dict[str, str | None] = {}
+    for key, model, name in (
+        ("sqlq_dashboard_url", "job", "dashboard"),
+        ("sqlq_alerts_url", "job", "dashboard_alerts"),
+        ("sqlq_jobs_url", "job", "changelist"),
+        ("sqlq_failed_url", "failedjob", "changelist"),
+        ("sqlq_workers_url", "workerprocess", "changelist"),
+    ):
+        try:
+            links[key] = reverse(f"{site_name}:django_sqlq_{model}_{name}", current_app=site_name)
+        except NoReverseMatch:
+            links[key] = None
+    return links
+
+
+# -- the lists: a paginator that never counts the whole table ------------------------------
+
+
+class BoundedCountPaginator(AnyPaginator):
+    """Counts at most ``count_limit + 1`` rows (a ``COUNT`` over a ``LIMIT``-ed subquery).
+
+    Up to the limit it is Django's paginator, exact. Past it the list says "more than
+    10,000" and pages go on for as long as there are rows: each page reads one row more
+    than it shows to know whether another page follows.
+    """
+
+    count_limit = 10_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pages_seen = 0
+
+    @cached_property
+    def count(self) -> int:
+        return dashboard.bounded_count(self.object_list, self.count_limit)
+
+    @property
+    def count_is_exact(self) -> bool:
+        return self.count <= self.count_limit
+
+    @property  # type: ignore[override]
+    def num_pages(self) -> int:
+        if self.count_is_exact:
+            if self.count == 0 and not self.allow_empty_first_page:
+                return 0
+            return math.ceil(max(1, self.count - self.orphans) / self.per_page)
+        return max(math.ceil(self.count_limit / self.per_page), self._pages_seen)
+
+    def validate_number(self, number: Any) -> int:
+        if self.count_is_exact:
+            return int(super().validate_number(number))
+        try:
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            number = int(number)
+        except (TypeError, ValueError):
+            raise PageNotAnInteger(gettext("That page number is not an integer")) from None
+        if number < 1:
+            raise EmptyPage(gettext("That page number is less than 1"))
+        return int(number)
+
+    def page(self, number: Any) -> Page[Any]:
+        if self.count_is_exact:
+            return super().page(number)
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        rows = list(self.object_list[bottom : bottom + self.per_page + 1])
+        if not rows and number > 1:
+            raise EmptyPage(gettext("That page contains no results"))
+        more = len(rows) > self.per_page
+        self._pages_seen = max(self._pages_seen, number + 1 if more else number)
+        return Page(rows[: self.per_page], number, self)
+
+
+class JobChangeList(ChangeList):
+    """Lists read only the head of ``last_error``, and not the JSON columns."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset(request, exclude_parameters)
+        lean: QuerySet[Any] = queryset.defer("payload", "result", "errors", "last_error")
+        annotated: QuerySet[Any] = lean.annotate(error_head=Left("last_error", ERROR_LINE_CHARS))
+        return annotated
+
+
+# -- filters ------------------------------------------------------------------------------
+
+
+class _ChoicesFilter(admin.SimpleListFilter):
+    """A filter on one column whose choices never come from scanning the table."""
+
+    field_name = ""
+
+    def candidates(self) -> list[str]:
+        raise NotImplementedError
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = list(dict.fromkeys(self.candidates()))
+        selected = self.value()
+        if selected and selected not in names:
+            names.append(selected)
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(**{self.field_name: value}) if value else queryset
+
+
+class QueueFilter(_ChoicesFilter):
+    """Queues from ``SQLQ["QUEUES"]``, then any other queue among the newest jobs."""
+
+    title = _("queue")
+    parameter_name = field_name = "queue"
+
+    def candidates(self) -> list[str]:
+        configured = list(get_settings().QUEUES)
+        seen = dashboard.recent_values(_queue_alias(), "queue")
+        return configured + [q for q in seen if q not in configured]
+
+
+class TypeFilter(_ChoicesFilter):
+    """Job types from the handler registry and among the newest jobs."""
+
+    title = _("type")
+    parameter_name = field_name = "type"
+
+    def candidates(self) -> list[str]:
+        # The web process may not have imported the apps' jobs.py yet. A broken jobs.py is
+        # the worker's to report; the admin still lists the jobs.
+        with contextlib.suppress(Exception):
+            registry.autodiscover()
+        names = {spec.name for spec in registry.registered().values()}
+        names.update(dashboard.recent_values(_queue_alias(), "type"))
+        return sorted(names)
+
+
+class WhenFilter(admin.SimpleListFilter):
+    """Pending jobs that are due now, or scheduled in the future."""
+
+    title = _("scheduled")
+    parameter_name = "when"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("due", _("due now (waiting for a worker)")),
+            ("future", _("scheduled in the future")),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        now = timezone.now()
+        if self.value() == "due":
+            return queryset.filter(status=JobStatus.PENDING, scheduled_at__lte=now)
+        if self.value() == "future":
+            return queryset.filter(status=JobStatus.PENDING, scheduled_at__gt=now)
+        return queryset
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobAction:
+    """An operator action, on the lists (bulk) and on the job page (one job)."""
+
+    name: str  # URL segment
+    permission: str  # has_<permission>_permission on the ModelAdmin
+    label: Any
+    done: tuple[str, str]  # ngettext pair: "Retried %(n)d job." ...
+    rule: Any  # why the other jobs are skipped
+    statuses: tuple[str, ...]
+    function: str  # the lifecycle function that does it
+    future_only: bool = False
+    css: str = ""
+
+    def run(self, ids: list[int], *, alias: str) -> lifecycle.Outcome:
+        func: Callable[..., lifecycle.Outcome] = getattr(lifecycle, self.function)
+        return func(ids, alias=alias)
+
+    def applies(self, status: str, scheduled_at: datetime | None, now: datetime) -> bool:
+        if status not in self.statuses:
+            return False
+        return not self.future_only or (scheduled_at is not None and scheduled_at > now)
+
+
+RETRY = JobAction(
+    name="retry",
+    permission="retry",
+    label=_("Retry now"),
+    done=("Retried %(n)d job: it is pending again, runnable now.",
+          "Retried %(n)d jobs: they are pending again, runnable now."),
+    rule=_("only failed or cancelled jobs can be retried"),
+    statuses=(JobStatus.FAILED, JobStatus.CANCELLED),
+    function="retry_now",
+    css="sqlq-retry",
+)  # fmt: skip
+CANCEL = JobAction(
+    name="cancel",
+    permission="cancel",
+    label=_("Cancel"),
+    done=("Cancelled %(n)d job.", "Cancelled %(n)d jobs."),
+    rule=_("only pending jobs can be cancelled"),
+    statuses=(JobStatus.PENDING,),
+    function="cancel",
+    css="sqlq-cancel",
+)
+RUN_NOW = JobAction(
+    name="run-now",
+    permission="change",
+    label=_("Run now"),
+    done=("Scheduled %(n)d job to run now.", "Scheduled %(n)d jobs to run now."),
+    rule=_("only pending jobs scheduled in the future can be brought forward"),
+    statuses=(JobStatus.PENDING,),
+    function="run_now",
+    future_only=True,
+    css="sqlq-run-now",
+)
+DELETE = JobAction(
+    name="delete",
+    permission="delete",
+    label=_("Delete"),
+    done=("Deleted %(n)d job.", "Deleted %(n)d jobs."),
+    rule=_("a running job cannot be deleted while its worker holds it"),
+    statuses=(JobStatus.PENDING, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED),
+    function="delete",
+)
+PAGE_ACTIONS = (RETRY, CANCEL, RUN_NOW)
+
+
+@dataclass(frozen=True)
+class ActionReport:
+    """What an action did to the jobs it was given, and why it left the others alone."""
+
+    action: JobAction
+    changed: int
+    not_applicable: dict[str, int]  # reason (a status, or "already due") -> jobs
+    raced: int  # applicable when read, changed by someone else before the write
+    missing: int  # no longer exist
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.not_applicable.values()) + self.raced + self.missing
+
+    def message(self) -> str:
+        parts = [ngettext(*self.action.done, self.changed) % {"n": self.changed}]
+        if self.not_applicable:
+            count = sum(self.not_applicable.values())
+            why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.not_applicable.items()))
+            parts.append(
+                ngettext(
+                    "Skipped %(n)d job (%(why)s): %(rule)s.",
+                    "Skipped %(n)d jobs (%(why)s): %(rule)s.",
+                    count,
+                )
+                % {"n": count, "why": why, "rule": self.action.rule}
+            )
+        if self.raced:
+            parts.append(
+                ngettext(
+                    "Skipped %(n)d job whose status changed meanwhile (a worker started it, "
+                    "or someone else acted on it); it was left as it is.",
+                    "Skipped %(n)d jobs whose status changed meanwhile (a worker started them, "
+                    "or someone else acted on them); they were left as they are.",
+                    self.raced,
+                )
+                % {"n": self.raced}
+            )
+        if self.missing:
+            parts.append(
+                ngettext(
+                    "Skipped %(n)d job that no longer exists.",
+                    "Skipped %(n)d jobs that no longer exist.",
+                    self.missing,
+                )
+                % {"n": self.missing}
+            )
+        return " ".join(parts)
+
+    @property
+    def level(self) -> int:
+        if not self.changed:
+            return messages.WARNING
+        return messages.WARNING if self.skipped else messages.SUCCESS
+
+
+def perform(
+    action: JobAction,
+    queryset: QuerySet[Any],
+    *,
+    alias: str,
+    requested: int | None = None,
+    now: datetime | None = None,
+) -> ActionReport:
+    """Run ``action`` on the jobs of ``queryset``: read their statuses, hand the applicable
+    ones to lifecycle (which re-checks each status in its own statement) and report."""
+    now = now or timezone.now()
+    rows = list(queryset.order_by().values_list("pk", "status", "scheduled_at"))
+    applicable: list[int] = []
+    not_applicable: Counter[str] = Counter()
+    for pk, status, scheduled_at in rows:
+        if action.applies(status, scheduled_at, now):
+            applicable.append(pk)
+        elif status == JobStatus.PENDING and action.future_only:
+            not_applicable[gettext("already due")] += 1
+        else:
+            not_applicable[_status_label(status).lower()] += 1
+    changed = 0
+    for start in range(0, len(applicable), ACTION_CHUNK):
+        outcome = action.run(applicable[start : start + ACTION_CHUNK], alias=alias)
+        changed += outcome.changed
+    return ActionReport(
+        action=action,
+        changed=changed,
+        not_applicable=dict(not_applicable),
+        raced=len(applicable) - changed,
+        missing=max(0, (requested if requested is not None else len(rows)) - len(rows)),
+    )
+
+
+# -- the jobs -----------------------------------------------------------------------------
 
 
 class JobAdmin(JobModelAdmin):
+    """What the all-jobs and the failed-jobs lists share: columns, job page, actions."""
+
     list_display = (
-        "id", "type", "queue", "status", "priority", "attempts_display",
-        "scheduled_at", "created_at", "error_line",
+        "id", "type", "queue", "status_display", "priority", "attempts_display",
+        "scheduled_display", "created_display", "error_line",
     )  # fmt: skip
-    list_filter = ("status", "queue", "type")
+    list_filter = ("status", QueueFilter, TypeFilter, WhenFilter)
     search_fields = ("=id", "type")
+    search_help_text = _("A job id (42 or #42), or part of a job type.")
     ordering = ("-id",)
+    sortable_by = ("id",)
+    list_per_page = 50
     show_full_result_count = False
-    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now")
+    show_facets = admin.ShowFacets.NEVER
+    paginator = BoundedCountPaginator
+    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_jobs")
+    change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
-        "id", "type", "queue", "status", "priority", "attempts", "max_attempts", "timeout",
-        "payload_display", "result_display", "last_error_display", "scheduled_at",
-        "created_at", "updated_at", "started_at", "completed_at", "locked_by", "locked_at",
-        "lease_expires_at",
+        "id", "type", "queue", "status_display", "priority", "attempts_display", "timeout",
+        "payload_display", "result_display", "last_error_display", "errors_display",
+        "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
+        "worker_display", "locked_at", "lease_expires_at",
     )  # fmt: skip
-    fields = readonly_fields
+
+    class Media:
+        css = {"all": ["django_sqlq/admin.css"]}
+        js = ["django_sqlq/refresh.js"]
+
+    # -- permissions ----------------------------------------------------------------
+
+    def _has(self, request: HttpRequest, codename: str) -> bool:
+        """The jobs' permission; the failed-jobs list also accepts its proxy's own."""
+        user = request.user
+        if user.has_perm(f"django_sqlq.{codename}_job"):
+            return True
+        return self.model is not Job and user.has_perm(
+            f"django_sqlq.{codename}_{self.opts.model_name}"
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+        return False  # jobs are enqueued by code, not typed in
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._has(request, "view") or self._has(request, "change")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The job page is read-only for everyone; "change" allows the run-now action.
+        return obj is None and self._has(request, "change")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._has(request, "delete")
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqlq.retry_job")
@@ -53,75 +474,552 @@ class JobAdmin(JobModelAdmin):
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqlq.cancel_job")
 
+    def _allowed(self, request: HttpRequest, action: JobAction) -> bool:
+        check: Callable[[HttpRequest], bool] = getattr(self, f"has_{action.permission}_permission")
+        return check(request)
+
+    # -- queryset, list -------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        return super().get_queryset(request).using(_queue_alias())
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if term.lstrip("#").isdigit():
+            return queryset.filter(pk=int(term.lstrip("#"))), False
+        return queryset.filter(type__icontains=term), False
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 passes action_location (actions can also live on the change form).
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)  # type: ignore[call-arg]
+        # Ours (delete_jobs) skips running jobs and does not list every row it deletes.
+        actions.pop("delete_selected", None)
+        return actions
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {
+            "title": str(self.opts.verbose_name_plural).capitalize(),
+            **self._links(request),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, context)
+
+    @admin.display(description=_("status"), ordering=None)
+    def status_display(self, obj: Job) -> SafeString:
+        return status_badge(obj.status)
+
     @admin.display(description=_("attempts"))
     def attempts_display(self, obj: Job) -> str:
         return f"{obj.attempts}/{obj.max_attempts}"
 
+    @admin.display(description=_("scheduled"))
+    def scheduled_display(self, obj: Job) -> SafeString:
+        when = _datetime(obj.scheduled_at)
+        if obj.status == JobStatus.PENDING and obj.scheduled_at > timezone.now():
+            wait = (obj.scheduled_at - timezone.now()).total_seconds()
+            return format_html(
+                '{} <span class="sqlq-quiet">({})</span>',
+                when,
+                gettext("in %s") % dashboard.format_age(wait),
+            )
+        return format_html("{}", when)
+
+    @admin.display(description=_("created"))
+    def created_display(self, obj: Job) -> str:
+        return _datetime(obj.created_at)
+
     @admin.display(description=_("error"))
     def error_line(self, obj: Job) -> str:
-        return obj.last_error.split("\n", 1)[0][:120]
+        text = getattr(obj, "error_head", None)
+        if text is None:
+            text = obj.last_error[:ERROR_LINE_CHARS]
+        return text.split("\n", 1)[0]
+
+    # -- the job page ---------------------------------------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:
+        job = (None, {"fields": (
+            "id", "type", "queue", "status_display", "priority", "attempts_display", "timeout",
+        )})  # fmt: skip
+        data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
+        error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
+        timing = (_("Timing"), {"fields": (
+            "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
+        )})  # fmt: skip
+        worker = (_("Worker"), {"fields": ("worker_display", "locked_at", "lease_expires_at")})
+        if obj is not None and (obj.last_error or obj.errors):
+            if obj.status == JobStatus.FAILED:
+                return [job, error, data, timing, worker]
+            return [job, data, error, timing, worker]
+        return [job, data, timing, worker]
 
     @admin.display(description=_("payload"))
-    def payload_display(self, obj: Job) -> str:
-        return _pretty(obj.payload)
+    def payload_display(self, obj: Job) -> SafeString:
+        return _pretty_json(obj.payload)
 
     @admin.display(description=_("result"))
-    def result_display(self, obj: Job) -> str:
-        return _pretty(obj.result)
+    def result_display(self, obj: Job) -> SafeString:
+        return _pretty_json(obj.result)
 
     @admin.display(description=_("last error"))
-    def last_error_display(self, obj: Job) -> str:
-        return format_html("<pre>{}</pre>", obj.last_error)
+    def last_error_display(self, obj: Job) -> SafeString:
+        if not obj.last_error:
+            return format_html('<span class="sqlq-quiet">{}</span>', gettext("none"))
+        return format_html('<pre class="sqlq-traceback">{}</pre>', obj.last_error)
 
-    def _report(self, request: HttpRequest, verb: str, outcome: lifecycle.Outcome) -> None:
-        self.message_user(
-            request,
-            _("%(verb)s %(changed)d job(s); skipped %(skipped)d whose status did not allow it.")
-            % {"verb": verb, "changed": outcome.changed, "skipped": outcome.skipped},
-            messages.SUCCESS if outcome.changed else messages.WARNING,
+    @admin.display(description=_("errors per attempt"))
+    def errors_display(self, obj: Job) -> SafeString:
+        entries = obj.errors
+        if not entries:
+            return format_html('<span class="sqlq-quiet">{}</span>', gettext("none"))
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return _pretty_json(entries)
+        items = format_html_join(
+            "\n",
+            '<li><details><summary>{}</summary><pre class="sqlq-traceback">{}</pre>'
+            "</details></li>",
+            (
+                (
+                    gettext("Attempt %(attempt)s on %(worker)s: %(exc)s: %(message)s")
+                    % {
+                        "attempt": entry.get("attempt", "?"),
+                        "worker": entry.get("worker_id") or "?",
+                        "exc": entry.get("exception_class", "?"),
+                        "message": str(entry.get("message", ""))[:300],
+                    },
+                    entry.get("traceback", ""),
+                )
+                for entry in reversed(entries)
+            ),
+        )
+        return format_html('<ul class="sqlq-errors">{}</ul>', items)
+
+    @admin.display(description=_("worker"))
+    def worker_display(self, obj: Job) -> SafeString:
+        if not obj.locked_by:
+            return format_html('<span class="sqlq-quiet">{}</span>', gettext("none yet"))
+        process = (
+            WorkerProcess.objects.using(_queue_alias()).filter(worker_id=obj.locked_by).first()
+        )
+        holds = obj.status == JobStatus.PROCESSING
+        prefix = gettext("held by") if holds else gettext("last held by")
+        if process is None:
+            return format_html("{} <code>{}</code>", prefix, obj.locked_by)
+        if process.stopped_at is not None:
+            state = gettext("stopped %s ago") % dashboard.format_age(
+                (timezone.now() - process.stopped_at).total_seconds()
+            )
+        else:
+            state = gettext("last heartbeat %s ago") % dashboard.format_age(
+                (timezone.now() - process.last_seen_at).total_seconds()
+            )
+        return format_html(
+            "{} <code>{}</code> ({} {}, pid {}; {})",
+            prefix,
+            obj.locked_by,
+            gettext("host"),
+            process.hostname,
+            process.pid,
+            state,
         )
 
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, unquote(object_id))
+        context = dict(extra_context or {})
+        if obj is not None and self.has_view_permission(request, obj):
+            context.update(self._summary_context(request, obj))
+            context["title"] = gettext("Job #%(id)s: %(type)s") % {"id": obj.pk, "type": obj.type}
+            context["subtitle"] = None
+            context["show_delete"] = obj.status != JobStatus.PROCESSING
+        return super().change_view(request, object_id, form_url, context)
+
+    def _summary_context(self, request: HttpRequest, job: Job) -> dict[str, Any]:
+        now = timezone.now()
+        buttons = [
+            {
+                "label": action.label,
+                "css": action.css,
+                "url": self._url(f"{action.name.replace('-', '_')}", job.pk),
+            }
+            for action in PAGE_ACTIONS
+            if action.applies(job.status, job.scheduled_at, now) and self._allowed(request, action)
+        ]
+        delete_url = None
+        if job.status != JobStatus.PROCESSING and self.has_delete_permission(request, job):
+            delete_url = self._url("delete", job.pk)
+        if job.status == JobStatus.PROCESSING:
+            note = gettext(
+                "A worker is running this job. It cannot be cancelled or deleted while it "
+                "runs; if the worker dies, the job returns to the queue when its lease ends."
+            )
+        elif job.status == JobStatus.PENDING and job.scheduled_at > now:
+            note = gettext("Waits until %(when)s (in %(wait)s).") % {
+                "when": _datetime(job.scheduled_at),
+                "wait": dashboard.format_age((job.scheduled_at - now).total_seconds()),
+            }
+        elif job.status == JobStatus.PENDING:
+            note = gettext("Waiting for a worker since %(when)s (%(wait)s).") % {
+                "when": _datetime(job.scheduled_at),
+                "wait": dashboard.format_age((now - job.scheduled_at).total_seconds()),
+            }
+        else:
+            note = ""
+        return {
+            "sqlq_job": job,
+            "sqlq_status": status_badge(job.status),
+            "sqlq_buttons": buttons,
+            "sqlq_delete_url": delete_url,
+            "sqlq_note": note,
+            "sqlq_live": not job.is_finished,
+            "sqlq_summary_url": self._url("summary", job.pk),
+            "sqlq_interval": JOB_PAGE_SECONDS,
+            "sqlq_started": _datetime(job.started_at),
+            "sqlq_completed": _datetime(job.completed_at),
+            **self._links(request),
+        }
+
+    def summary_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The job page's live box (status, attempts, buttons), for the page to refresh."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request,
+            "admin/django_sqlq/job/summary.html",
+            self._summary_context(request, obj),
+        )
+
+    # -- URLs -----------------------------------------------------------------------
+
+    def _url(self, name: str, *args: Any, model: str | None = None) -> str:
+        return reverse(
+            f"{self.admin_site.name}:django_sqlq_{model or self.opts.model_name}_{name}",
+            args=[quote(a) for a in args],
+            current_app=self.admin_site.name,
+        )
+
+    def _job_url(self, pk: Any) -> str:
+        try:
+            return self._url("change", pk, model="job")
+        except NoReverseMatch:
+            return self._url("change", pk)
+
+    def _links(self, request: HttpRequest) -> dict[str, Any]:
+        return admin_links(self.admin_site.name)
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+
+        def wrap(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+            return self.admin_site.admin_view(view)  # staff only, CSRF-protected, never cached
+
+        urls = [
+            path(
+                f"<path:object_id>/{action.name}/",
+                wrap(functools.partial(self.job_action_view, action=action)),
+                name="{}_{}_{}".format(*info, action.name.replace("-", "_")),
+            )
+            for action in PAGE_ACTIONS
+        ]
+        urls.append(
+            path(
+                "<path:object_id>/summary/",
+                wrap(self.summary_view),
+                name="{}_{}_summary".format(*info),
+            )
+        )
+        return urls + super().get_urls()
+
+    # -- acting ---------------------------------------------------------------------
+
+    def _report(self, request: HttpRequest, report: ActionReport) -> None:
+        self.message_user(request, report.message(), report.level)
+
+    def _perform(
+        self,
+        request: HttpRequest,
+        action: JobAction,
+        queryset: QuerySet[Any],
+        requested: int | None,
+    ) -> ActionReport:
+        report = perform(action, queryset, alias=_queue_alias(), requested=requested)
+        self._report(request, report)
+        return report
+
+    def job_action_view(
+        self, request: HttpRequest, object_id: str, *, action: JobAction
+    ) -> HttpResponse:
+        """POST: run one action on one job, then go back to its page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self._allowed(request, action):
+            raise PermissionDenied
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            self.message_user(
+                request,
+                gettext("Job #%(id)s does not exist (deleted meanwhile?).") % {"id": object_id},
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(self._url("changelist"))
+        jobs = Job.objects.using(_queue_alias()).filter(pk=obj.pk)
+        self._perform(request, action, jobs, requested=1)
+        return HttpResponseRedirect(self._job_url(obj.pk))
+
     @admin.action(description=_("Retry selected jobs now"), permissions=["retry"])
-    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        self._report(request, "Retried", lifecycle.retry_now(ids, alias=queryset.db))
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._perform(request, RETRY, queryset, requested=None)
 
     @admin.action(description=_("Cancel selected pending jobs"), permissions=["cancel"])
-    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        self._report(request, "Cancelled", lifecycle.cancel(ids, alias=queryset.db))
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._perform(request, CANCEL, queryset, requested=None)
 
-    @admin.action(description=_("Run selected pending jobs now"), permissions=["change"])
-    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.values_list("pk", flat=True))
-        self._report(request, "Scheduled now", lifecycle.run_now(ids, alias=queryset.db))
+    @admin.action(description=_("Run selected scheduled jobs now"), permissions=["change"])
+    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._perform(request, RUN_NOW, queryset, requested=None)
+
+    @admin.action(description=_("Delete selected jobs"), permissions=["delete"])
+    def delete_jobs(
+        self, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> TemplateResponse | None:
+        if request.POST.get("post") == "yes":
+            self._perform(request, DELETE, queryset, requested=None)
+            return None
+        by_status = {
+            row["status"]: row["n"]
+            for row in queryset.order_by().values("status").annotate(n=Count("pk"))
+        }
+        running = by_status.get(JobStatus.PROCESSING, 0)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Delete jobs?"),
+            "opts": self.opts,
+            "total": sum(by_status.values()),
+            "deletable": sum(by_status.values()) - running,
+            "running": running,
+            "by_status": [(status_badge(s), n) for s, n in sorted(by_status.items())],
+            "sample": list(queryset.values_list("pk", "type")[:20]),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+            "action_name": "delete_jobs",
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        return TemplateResponse(
+            request, "admin/django_sqlq/delete_jobs_confirmation.html", context
+        )
+
+    # The single-job delete page is Django's; the write goes through lifecycle.delete, so a
+    # job that a worker started meanwhile is skipped.
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        obj = self.get_object(request, unquote(object_id))
+        if obj is not None and obj.status == JobStatus.PROCESSING:
+            self.message_user(
+                request,
+                gettext("Job #%(id)s is running: %(rule)s.") % {"id": obj.pk, "rule": DELETE.rule},
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(self._job_url(obj.pk))
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        outcome = lifecycle.delete([obj.pk], alias=_queue_alias())
+        request._sqlq_not_deleted = bool(outcome.skipped)  # type: ignore[attr-defined]
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._perform(request, DELETE, queryset, requested=None)
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
+        if getattr(request, "_sqlq_not_deleted", False):
+            self.message_user(
+                request,
+                gettext("Job #%(id)s was not deleted: a worker started it meanwhile.")
+                % {"id": obj_id},
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(self._job_url(obj_id))
+        return super().response_delete(request, obj_display, obj_id)
 
 
 @admin.register(Job)
 class AllJobsAdmin(JobAdmin):
-    pass
+    """Every job, and the queue's dashboard."""
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        views = (
+            ("dashboard/", self.dashboard_view, "dashboard"),
+            ("dashboard/live/", self.dashboard_live_view, "dashboard_live"),
+            ("dashboard/charts/", self.dashboard_charts_view, "dashboard_charts"),
+            ("dashboard/alerts/", self.dashboard_alerts_view, "dashboard_alerts"),
+        )
+        urls = [
+            path(route, self.admin_site.admin_view(view), name="{}_{}_{}".format(*info, name))
+            for route, view, name in views
+        ]
+        return urls + super().get_urls()
+
+    def _check_dashboard(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        request.current_app = self.admin_site.name
+
+    def _live_context(self, request: HttpRequest) -> dict[str, Any]:
+        snap = dashboard.snapshot(_queue_alias(), configured=get_settings().QUEUES)
+        return {
+            "snap": snap,
+            "totals": snap.totals,
+            "updated": formats.time_format(timezone.localtime(snap.now), "H:i:s"),
+            **self._links(request),
+        }
+
+    def _charts_context(self, request: HttpRequest) -> dict[str, Any]:
+        flow = dashboard.throughput(_queue_alias(), cache=True)
+        return {
+            "flow": flow,
+            "minute_chart": dashboard.chart(flow.minutes, label_every=10, label_format="H:i",
+                                  unit=gettext("minute")),
+            "hour_chart": dashboard.chart(flow.hours, label_every=4, label_format="H:i",
+                                unit=gettext("hour")),
+        }  # fmt: skip
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """The queue at a glance: per-queue counts, alerts, workers and throughput."""
+        self._check_dashboard(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Queue dashboard"),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "media": self.media,
+            "live_seconds": LIVE_SECONDS,
+            "charts_seconds": CHARTS_SECONDS,
+            "sqlq_live_url": self._url("dashboard_live"),
+            "sqlq_charts_url": self._url("dashboard_charts"),
+            **self._live_context(request),
+            **self._charts_context(request),
+        }
+        return TemplateResponse(request, "admin/django_sqlq/dashboard.html", context)
+
+    def dashboard_live_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_dashboard(request)
+        return TemplateResponse(
+            request, "admin/django_sqlq/dashboard_live.html", self._live_context(request)
+        )
+
+    def dashboard_charts_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_dashboard(request)
+        return TemplateResponse(
+            request, "admin/django_sqlq/dashboard_charts.html", self._charts_context(request)
+        )
+
+    def dashboard_alerts_view(self, request: HttpRequest) -> HttpResponse:
+        """Just the alerts, for the top of the lists and the app's index page."""
+        self._check_dashboard(request)
+        context = {**self._live_context(request), "compact": bool(request.GET.get("compact"))}
+        return TemplateResponse(request, "admin/django_sqlq/dashboard_alerts.html", context)
 
 
 @admin.register(FailedJob)
 class FailedJobAdmin(JobAdmin):
-    list_display = ("id", "error_line", "type", "queue", "attempts_display", "completed_at")
-    list_filter = ("queue", "type")
-    actions = ("retry_jobs",)
+    """Failed jobs only, the error first, the retry action at hand."""
+
+    list_display = (  # type: ignore[assignment]
+        "id", "error_line", "type", "queue", "attempts_display", "failed_at",
+    )  # fmt: skip
+    list_display_links = ("id", "error_line")
+    list_filter = (QueueFilter, TypeFilter)  # type: ignore[assignment]
+    actions = ("retry_jobs", "delete_jobs")  # type: ignore[assignment]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        return super().get_queryset(request).failed()  # type: ignore[attr-defined, no-any-return]
+        return super().get_queryset(request).filter(status=JobStatus.FAILED)
+
+    @admin.display(description=_("failed at"))
+    def failed_at(self, obj: Job) -> str:
+        return _datetime(obj.completed_at)
+
+
+# -- the workers --------------------------------------------------------------------------
 
 
 @admin.register(WorkerProcess)
 class WorkerProcessAdmin(WorkerModelAdmin):
+    """Worker processes as they last reported themselves. Read-only; old rows may be
+    deleted."""
+
     list_display = (
-        "worker_id", "hostname", "pid", "queues", "concurrency", "last_seen_at",
-        "jobs_done", "jobs_failed", "stopped_at",
+        "worker_id", "state", "hostname", "pid", "queues_display", "concurrency",
+        "last_seen_at", "jobs_done", "jobs_failed", "started_at", "stopped_at",
     )  # fmt: skip
-    readonly_fields = list_display
+    list_filter = ("hostname",)
+    search_fields = ("worker_id", "hostname")
+    readonly_fields = (
+        "worker_id", "hostname", "pid", "queues", "concurrency", "started_at",
+        "last_seen_at", "stopped_at", "jobs_done", "jobs_failed",
+    )  # fmt: skip
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = BoundedCountPaginator
+
+    class Media:
+        css = {"all": ["django_sqlq/admin.css"]}
+        js = ["django_sqlq/refresh.js"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerProcess]:
+        return super().get_queryset(request).using(_queue_alias())
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**admin_links(self.admin_site.name), **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description=_("state"))
+    def state(self, obj: WorkerProcess) -> SafeString:
+        if obj.stopped_at is not None:
+            return format_html(
+                '<span class="sqlq-badge sqlq-cancelled">{}</span>', gettext("stopped")
+            )
+        if obj.last_seen_at >= timezone.now() - timedelta(seconds=dashboard.ALIVE_SECONDS):
+            return format_html(
+                '<span class="sqlq-badge sqlq-completed">{}</span>', gettext("running")
+            )
+        return format_html(
+            '<span class="sqlq-badge sqlq-failed">{}</span>', gettext("not responding")
+        )
+
+    @admin.display(description=_("queues"))
+    def queues_display(self, obj: WorkerProcess) -> str:
+        return (
+            ", ".join(str(q) for q in obj.queues)
+            if isinstance(obj.queues, list)
+            else str(obj.queues)
+        )

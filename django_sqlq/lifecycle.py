@@ -203,3 +203,20 @@ def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """A pending job scheduled for later becomes runnable now."""
     return _apply(ids, [JobStatus.PENDING], alias, scheduled_at=Now())
+
+
+def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
+    """Delete jobs that are not running. A ``processing`` job is skipped: its worker holds it.
+
+    One conditional ``DELETE`` (no cascade to collect, no signals), so a job a worker claims
+    meanwhile no longer matches and is skipped, never deleted under its worker.
+    """
+    alias = alias or get_settings().DATABASE
+    wanted = set(ids)
+    deleted = (
+        Job.objects.using(alias)
+        .filter(pk__in=wanted)
+        .exclude(status=JobStatus.PROCESSING)
+        ._raw_delete(alias)
+    )
+    return Outcome(changed=deleted, skipped=len(wanted) - deleted)
