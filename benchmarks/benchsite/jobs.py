@@ -1,0 +1,14 @@
+"""django_sqlq's handlers for the benchmark (the worker imports each app's jobs.py)."""
+
+from benchsite.mark import mark_start
+from django_sqlq import handler
+
+
+@handler("noop")
+def noop(payload):
+    return None
+
+
+@handler("mark")
+def mark(payload):
+    mark_start(payload["key"])

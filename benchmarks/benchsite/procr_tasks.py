@@ -1,0 +1,15 @@
+"""Task module for one peer. Started from the peer harness in shared/bench."""
+
+from procrastinate.contrib.django import app
+
+from benchsite.mark import mark_start
+
+
+@app.task(name="noop")
+def noop(i):
+    return None
+
+
+@app.task(name="mark")
+def mark(key):
+    mark_start(key)
