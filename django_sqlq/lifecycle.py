@@ -46,6 +46,19 @@ def backoff_seconds(
     return float(min(conf.RETRY_BACKOFF_MAX, delay * (0.75 + 0.5 * rand())))
 
 
+def _storable(text: str) -> str:
+    """``text`` with what a database text column refuses spelled out: NUL characters
+    (PostgreSQL) and lone surrogates (not UTF-8 at all), so that recording an error can
+    never fail because of the error's own message."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     exception_class: str
@@ -63,7 +76,11 @@ class ErrorInfo:
         text = "".join(tb.format_exception(exc))
         if len(text) > MAX_TRACEBACK_CHARS:
             text = "...(truncated)...\n" + text[-MAX_TRACEBACK_CHARS:]
-        return cls(exception_class=name, message=str(exc), traceback=text)
+        return cls(
+            exception_class=_storable(name),
+            message=_storable(str(exc)),
+            traceback=_storable(text),
+        )
 
     def summary(self) -> str:
         """What ``last_error`` holds: type, message and traceback."""
@@ -148,9 +165,17 @@ def reap(alias: str, *, now: datetime | None = None) -> list[tuple[int, str, str
 
 
 def extend_leases(
-    alias: str, *, worker_id: str, lease_seconds: float, now: datetime | None = None
+    alias: str,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    now: datetime | None = None,
+    job_ids: Sequence[int] | None = None,
 ) -> int:
-    return ops_for(alias).extend_leases(worker_id=worker_id, lease_seconds=lease_seconds, now=now)
+    """Renew this worker's leases (only those of ``job_ids``, if given) in one statement."""
+    return ops_for(alias).extend_leases(
+        worker_id=worker_id, lease_seconds=lease_seconds, now=now, job_ids=job_ids
+    )
 
 
 # -- the operators' transitions -----------------------------------------------------------

@@ -6,7 +6,8 @@ Threads, each with its own database connection:
   and hands them to the runner threads;
 - ``concurrency`` runner threads run handlers and write each outcome (fenced by worker id
   and attempt number);
-- one heartbeat thread renews all of this worker's leases in one statement, records the
+- one heartbeat thread renews the leases of all the jobs this worker holds in one
+  statement (until the last running job is finished, also after SIGTERM), records the
   worker's liveness, and returns expired leases of dead workers to the queue.
 
 Signal handlers only set an event. On stop the worker claims nothing more, lets running
@@ -28,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from types import FrameType
 from typing import Any, NamedTuple, TypeVar
@@ -164,11 +165,18 @@ class Worker:
         self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
 
         self.stop_event = threading.Event()
+        self._finished = threading.Event()  # every runner is done: the heartbeat stops
         self._wake = threading.Event()
         self._inbox: queue_module.Queue[Any] = queue_module.Queue()
         self._busy = 0  # claimed and not yet finished (queued or running)
         self._busy_lock = threading.Lock()
         self._running: dict[int, ClaimedJob] = {}
+        # Ids of the jobs this worker holds: claimed, and their outcome not yet written (or
+        # given up on). The heartbeat renews these leases and no others, so a job the worker
+        # lost track of (a claim whose reply never arrived, an outcome that could not be
+        # written) is not kept alive forever: its lease runs out and the reaper frees it.
+        self._held: set[int] = set()
+        self._held_lock = threading.Lock()
         self._done: list[_Done] = []  # completed attempts not yet written
         self._done_since = 0.0
         self._done_lock = threading.Lock()
@@ -234,9 +242,12 @@ class Worker:
                     self._flush(force=True)
         except ForcedStop:
             forced = True
-            self.forced = True
+            self.forced = True  # from here on, database writes are tried once, not retried
             self._release_unstarted()
-            self._flush(force=True)  # finished jobs are never lost
+            try:
+                self._flush(force=True)  # finished jobs are not lost, if the database answers
+            except DatabaseError:
+                logger.exception("Worker %s could not record finished jobs", self.worker_id)
             logger.warning(
                 "Worker %s forced to stop: %d running job(s) left to lease expiry",
                 self.worker_id,
@@ -244,6 +255,7 @@ class Worker:
             )
         finally:
             self.stop_event.set()
+            self._finished.set()
             if not forced:
                 heartbeat.join(timeout=5)
             self._unregister()
@@ -287,6 +299,7 @@ class Worker:
                 last_claim = time.monotonic()
                 queue_may_have_more = len(claimed) == limit
                 if claimed:
+                    self._hold(job.id for job in claimed)
                     with self._busy_lock:
                         self._busy += len(claimed)
                     self.jobs_claimed += len(claimed)
@@ -340,17 +353,39 @@ class Worker:
             ):
                 return
             batch, self._done = self._done, []
-        written = set(
-            self._with_retry(
-                "complete",
-                lambda: lifecycle.complete(
-                    self.database,
-                    [Finished(item.job.id, item.job.attempts, item.result) for item in batch],
-                    worker_id=self.worker_id,
-                    now=self.now(),
-                ),
-            )
-        )
+        self._write_completions(batch)
+
+    def _write_completions(self, batch: list[_Done]) -> None:
+        try:
+            written = set(self._complete(batch))
+        except DatabaseError as exc:
+            if self.forced:
+                raise
+            # Not a lost connection (those are retried): the database refuses the write.
+            # Find the completion it refuses, and record that as its attempt's error, rather
+            # than losing the whole batch (and the worker's main thread) to one row.
+            if len(batch) > 1:
+                logger.warning(
+                    "Worker %s: writing %d completions failed (%s: %s); writing them one by one",
+                    self.worker_id,
+                    len(batch),
+                    type(exc).__name__,
+                    exc,
+                )
+                for item in batch:
+                    self._write_completions([item])
+                return
+            try:
+                self._record_failure(batch[0].job, lifecycle.ErrorInfo.from_exception(exc))
+            except DatabaseError:
+                logger.exception(
+                    "Worker %s: could not record the outcome of job id=%s; it will be "
+                    "retried once its lease runs out",
+                    self.worker_id,
+                    batch[0].job.id,
+                )
+            return
+        self._unhold(item.job.id for item in batch)
         for item in batch:
             job = item.job
             if job.id not in written:
@@ -368,6 +403,25 @@ class Worker:
                 self._hook(
                     item.handler.on_finish, self._context(job), JobStatus.COMPLETED, item.result
                 )
+
+    def _complete(self, batch: list[_Done]) -> list[int]:
+        return self._with_retry(
+            "complete",
+            lambda: lifecycle.complete(
+                self.database,
+                [Finished(item.job.id, item.job.attempts, item.result) for item in batch],
+                worker_id=self.worker_id,
+                now=self.now(),
+            ),
+        )
+
+    def _hold(self, ids: Iterable[int]) -> None:
+        with self._held_lock:
+            self._held.update(ids)
+
+    def _unhold(self, ids: Iterable[int]) -> None:
+        with self._held_lock:
+            self._held.difference_update(ids)
 
     def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
         """Log a database error, drop the connection if it is broken, and back off."""
@@ -395,7 +449,7 @@ class Worker:
             try:
                 return func()
             except DatabaseError as exc:
-                if not is_transient(exc):
+                if not is_transient(exc) or self.forced:
                     raise
                 failures += 1
                 delay = min(5.0, 0.05 * 2**failures)
@@ -432,6 +486,7 @@ class Worker:
         except DatabaseError:
             logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
             return
+        self._unhold(ids)
         with self._busy_lock:
             self._busy -= len(unstarted)
         logger.info("Worker %s gave back %d unstarted job(s): %s", self.worker_id, released, ids)
@@ -451,6 +506,17 @@ class Worker:
                     continue
                 try:
                     self._process(job)
+                except Exception:
+                    # Not the handler (its errors are the job's outcome): the outcome could not
+                    # be written. The runner lives on; the job's lease, no longer renewed,
+                    # runs out and the reaper returns it to the queue.
+                    logger.exception(
+                        "Worker %s: could not record the outcome of job id=%s; it will be "
+                        "retried once its lease runs out",
+                        self.worker_id,
+                        job.id,
+                    )
+                    self._unhold([job.id])
                 finally:
                     with self._busy_lock:
                         self._busy -= 1
@@ -488,13 +554,18 @@ class Worker:
         logger.debug("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
         handler: registry.Handler | None = None
         try:
-            try:
-                handler = registry.get(job.type)
-            except Exception as exc:
-                outcome, value = "failed", lifecycle.ErrorInfo.from_exception(exc)
+            if job.attempts > job.max_attempts:
+                # Only a row edited by hand gets here: every transition keeps attempts at or
+                # below max_attempts. Its attempts are spent, so it is failed, not run.
+                outcome, value = "failed", _spent(job)
             else:
-                self._hook(handler.on_start, self._context(job))
-                outcome, value = self._call_handler(job, handler)
+                try:
+                    handler = registry.get(job.type)
+                except Exception as exc:
+                    outcome, value = "failed", lifecycle.ErrorInfo.from_exception(exc)
+                else:
+                    self._hook(handler.on_start, self._context(job))
+                    outcome, value = self._call_handler(job, handler)
         finally:
             self._running.pop(job.id, None)
         elapsed = time.monotonic() - started
@@ -508,24 +579,29 @@ class Worker:
                     self._done_since = time.monotonic()
                 self._done.append(_Done(job, value, handler, elapsed))
             return
-        status = self._record_failure(job, value)
+        status = self._record_failure(job, value, retry=job.attempts <= job.max_attempts)
         if status is not None and handler is not None:
             self._hook(handler.on_finish, self._context(job), status, value)
 
-    def _record_failure(self, job: ClaimedJob, error: lifecycle.ErrorInfo) -> str | None:
+    def _record_failure(
+        self, job: ClaimedJob, error: lifecycle.ErrorInfo, *, retry: bool = True
+    ) -> str | None:
         """Write a failed attempt at once. Returns the job's new status, or None if lost."""
-        retry_in = self.backoff(job.attempts)
-        status = self._with_retry(
-            "fail",
-            lambda: lifecycle.fail_or_retry(
-                self.database,
-                job,
-                error,
-                worker_id=self.worker_id,
-                retry_in=retry_in,
-                now=self.now(),
-            ),
-        )
+        retry_in = self.backoff(job.attempts) if retry else None
+        try:
+            status = self._with_retry(
+                "fail",
+                lambda: lifecycle.fail_or_retry(
+                    self.database,
+                    job,
+                    error,
+                    worker_id=self.worker_id,
+                    retry_in=retry_in,
+                    now=self.now(),
+                ),
+            )
+        finally:
+            self._unhold([job.id])
         if status is None:
             self._lost(job)
             return None
@@ -570,7 +646,9 @@ class Worker:
             if handler.takes_context:
                 args += (self._context(job),)
             result = _invoke(handler.func, args, job.timeout)
-            encode_json(result, what="handler's return value")
+            # The same checks as a payload's, size limit included: a result the database
+            # would refuse fails this attempt instead of the write of a batch of completions.
+            encode_json(result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES)
         except BaseException as exc:
             _reset_connections_after_error()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
@@ -583,14 +661,20 @@ class Worker:
         reap_every = max(interval, min(self.lease_seconds / 2, 30.0))
         last_reap = time.monotonic()
         try:
-            while not self.stop_event.wait(interval):
+            # Not stop_event: after SIGTERM the running jobs still need their leases renewed
+            # until they finish, or another worker would take them over mid-run.
+            while not self._finished.wait(interval):
                 try:
-                    lifecycle.extend_leases(
-                        self.database,
-                        worker_id=self.worker_id,
-                        lease_seconds=self.lease_seconds,
-                        now=self.now(),
-                    )
+                    with self._held_lock:
+                        held = sorted(self._held)
+                    if held:
+                        lifecycle.extend_leases(
+                            self.database,
+                            worker_id=self.worker_id,
+                            lease_seconds=self.lease_seconds,
+                            now=self.now(),
+                            job_ids=held,
+                        )
                     WorkerProcess.objects.using(self.database).filter(
                         worker_id=self.worker_id
                     ).update(
@@ -668,6 +752,17 @@ class Worker:
             )
         except DatabaseError as exc:
             logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)
+
+
+def _spent(job: ClaimedJob) -> lifecycle.ErrorInfo:
+    return lifecycle.ErrorInfo(
+        exception_class="django_sqlq.exceptions.InvalidJobError",
+        message=(
+            f"Not run: attempt {job.attempts} is over max_attempts={job.max_attempts} "
+            "(was the row edited by hand?). Retry it from the admin to reset its attempts."
+        ),
+        traceback="",
+    )
 
 
 _thread_state = threading.local()
@@ -772,7 +867,10 @@ def _signal_handlers(worker: Worker) -> Iterator[None]:
                 worker.worker_id,
                 signal.Signals(signum).name,
             )
-            worker.stop()
+            # Not worker.stop() here: the handler runs in the main thread between two
+            # bytecodes, possibly while that thread holds the lock inside one of the events
+            # stop() sets (in Event.wait), and the lock is not reentrant: a deadlock.
+            threading.Thread(target=worker.stop, name="sqlq-stop", daemon=True).start()
         else:
             raise ForcedStop()
 

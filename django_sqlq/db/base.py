@@ -308,7 +308,9 @@ class QueueOps:
             f"last_error = {message}, "
             f"errors = {self.lease_error_sql()}, "
             f"lease_expires_at = NULL, updated_at = {now_sql} "
-            f"WHERE status = 'processing' AND lease_expires_at < {now_sql} "
+            # A processing row without a lease was set so by hand: nobody renews it either.
+            f"WHERE status = 'processing' "
+            f"AND (lease_expires_at < {now_sql} OR lease_expires_at IS NULL) "
             f"RETURNING id, type, status, attempts"
         )
         with self.connection.cursor() as cursor:
@@ -382,15 +384,28 @@ class QueueOps:
         return parsed
 
     def extend_leases(
-        self, *, worker_id: str, lease_seconds: float, now: datetime | None = None
+        self,
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        now: datetime | None = None,
+        job_ids: Sequence[int] | None = None,
     ) -> int:
-        """Renew every lease this worker holds, in one statement."""
+        """Renew the leases this worker holds, in one statement: all of them, or only those
+        of ``job_ids`` (the jobs the worker knows it is running or about to run)."""
         sql = (
             f"UPDATE {self.table} SET lease_expires_at = {self.later_sql()} "
             f"WHERE status = 'processing' AND locked_by = %s"
         )
+        params: list[Any] = [self.clock(now), lease_seconds, worker_id]
+        if job_ids is not None:
+            if not job_ids:
+                return 0
+            in_sql, in_params = self.in_list_sql("id", list(job_ids))
+            sql += f" AND {in_sql}"
+            params += in_params
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [self.clock(now), lease_seconds, worker_id])
+            cursor.execute(sql, params)
             return int(cursor.rowcount)
 
     def notify(self, queues: Sequence[str]) -> None:

@@ -82,3 +82,6 @@ async def async_add(payload: dict[str, int]) -> int:
 @handler("tests.with_context", takes_context=True)
 def with_context(payload: Any, context: Any) -> dict[str, Any]:
     return {"attempt": context.attempt, "job_id": context.job_id, "queue": context.queue}
+
+
+from tests.testapp import fault_jobs  # noqa: E402, F401

@@ -1,0 +1,155 @@
+"""Scenario 8: write contention. Eight processes enqueue as fast as they can while four
+workers drain, and another writer takes the write lock for 2 s at random moments (SQLite:
+``BEGIN IMMEDIATE``; PostgreSQL: a ``LOCK TABLE`` that blocks every writer of the jobs table).
+
+No "database is locked" reaches an enqueuing caller or a worker's log; no job is lost or
+run twice.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+from django_sqlq.models import Job
+from tests.conftest import ROOT
+from tests.faults.conftest import LOCKED, errors_in, runs, until
+
+pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+
+ENQUEUERS = 8
+ENQUEUE_SECONDS = 8.0
+STRIDE = 1_000_000  # enqueuer i numbers its jobs from i * STRIDE
+WORKERS = 4
+HOLD_SECONDS = 2.0
+
+
+class LockHolder(threading.Thread):
+    """Takes the jobs table's write lock for HOLD_SECONDS, then lets go for 0.3-1.5 s,
+    until stopped."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(name="lock-holder", daemon=True)
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.holds = 0
+        self.waited: list[float] = []  # how long each BEGIN IMMEDIATE / LOCK waited
+        self.error: BaseException | None = None
+        self.settings = connections["default"].settings_dict
+        self.vendor = connections["default"].vendor
+        self.params = connections["default"].get_connection_params()
+
+    def run(self) -> None:
+        try:
+            if self.vendor == "sqlite":
+                self._run_sqlite()
+            else:
+                self._run_postgresql()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _pause(self) -> bool:
+        return not self.stop.wait(self.rng.uniform(0.3, 1.5))
+
+    def _run_sqlite(self) -> None:
+        db = sqlite3.connect(self.settings["NAME"], timeout=60, isolation_level=None)
+        try:
+            while self._pause():
+                asked = time.monotonic()
+                db.execute("BEGIN IMMEDIATE")
+                self.waited.append(time.monotonic() - asked)
+                time.sleep(HOLD_SECONDS)
+                db.execute("COMMIT")
+                self.holds += 1
+        finally:
+            db.close()
+
+    def _run_postgresql(self) -> None:
+        import psycopg
+
+        params = dict(self.params)
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        with psycopg.connect(**params, autocommit=True) as db:
+            while self._pause():
+                asked = time.monotonic()
+                with db.transaction():
+                    db.execute("LOCK TABLE sqlq_job IN SHARE ROW EXCLUSIVE MODE")
+                    self.waited.append(time.monotonic() - asked)
+                    time.sleep(HOLD_SECONDS)
+                self.holds += 1
+
+
+def start_enqueuer(index: int, path: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    # Half of them enqueue one job per call (autocommit), half five per transaction.
+    batch = "1" if index % 2 == 0 else "5"
+    args = [str(index * STRIDE), str(ENQUEUE_SECONDS), str(path), batch]
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.enqueuer", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_enqueuers_workers_and_a_lock_holder(tmp_path, pool, worker_env, report):
+    path = tmp_path / "ran"
+    workers = pool(WORKERS)
+    workers.wait_ready()
+    holder = LockHolder(seed=int(os.environ.get("SQLQ_FAULTS_SEED", "0")) or time.time_ns())
+    holder.start()
+    started = time.monotonic()
+    logs = [tmp_path / f"enqueuer-{i}.log" for i in range(ENQUEUERS)]
+    enqueuers = [start_enqueuer(i, path, logs[i], worker_env) for i in range(ENQUEUERS)]
+    try:
+        codes = [proc.wait(120) for proc in enqueuers]
+        enqueued = time.monotonic() - started
+        total = Job.objects.count()
+        until(lambda: Job.objects.completed().count() == total, 60, "every job completed")
+        drained = time.monotonic() - started
+    finally:
+        holder.stop.set()
+        holder.join(10)
+        for proc in enqueuers:
+            if proc.poll() is None:
+                proc.kill()
+    assert holder.error is None, holder.error
+    outputs = [log.read_text() for log in logs]
+    for code, output in zip(codes, outputs, strict=True):
+        assert code == 0, output
+        assert not LOCKED.search(output), output
+    # Every job each caller was told it enqueued exists (numbered without gaps), and ran once.
+    counts = [int(output.split()[-1]) for output in outputs]
+    assert total == sum(counts)
+    expected = {i * STRIDE + k for i, count in enumerate(counts) for k in range(count)}
+    assert set(Job.objects.values_list("payload__n", flat=True)) == expected
+    ran = runs(path)
+    assert set(ran) == expected
+    assert {len(pids) for pids in ran.values()} == {1}
+    assert workers.stop() == [0] * WORKERS
+    output = workers.output()
+    assert not LOCKED.search(output), [line for line in output.splitlines() if LOCKED.search(line)]
+    assert errors_in(output) == []
+    assert holder.holds >= 1
+    report(
+        enqueuers=ENQUEUERS,
+        enqueue_seconds=ENQUEUE_SECONDS,
+        jobs=total,
+        workers=WORKERS,
+        lock_holds=holder.holds,
+        hold_seconds=HOLD_SECONDS,
+        enqueued_seconds=round(enqueued, 1),
+        drained_seconds=round(drained, 1),
+        worker_warnings=sum(" WARNING " in line for line in output.splitlines()),
+    )

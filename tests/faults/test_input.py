@@ -1,0 +1,337 @@
+"""Scenario 9: sizes and shapes of input.
+
+- At the boundary (``enqueue``/``bulk_enqueue``): what JSON or PostgreSQL's jsonb cannot
+  hold, a 50 MB payload, bad options: a clear exception in the caller and no row. (The
+  basic cases are in tests/test_api.py; these extend them.)
+- Rows edited by hand into nonsense: what the schema refuses (the status CHECK constraint,
+  invalid JSON) is refused; what gets in, the worker fails with a clear error, and goes on.
+- ``sqlq_worker`` with invalid options: exit status 2 and a one-line message. A worker
+  started before ``migrate``: says so and exits non-zero instead of looping.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from django_sqlq import bulk_enqueue, enqueue
+from django_sqlq.api import encode_json
+from django_sqlq.exceptions import InvalidJobError, PayloadError, UnknownQueueError
+from django_sqlq.models import Job, JobStatus
+from django_sqlq.worker import Worker
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+
+MB = 1_000_000
+
+
+def run_burst() -> Worker:
+    worker = Worker()
+    worker.run(burst=True, install_signal_handlers=False)
+    return worker
+
+
+def status(job: Job) -> tuple[str, int]:
+    job.refresh_from_db()
+    return job.status, job.attempts
+
+
+# -- at the boundary -------------------------------------------------------------------------
+
+
+def test_a_50_mb_payload_is_refused_under_the_default_limit():
+    blob = {"blob": "x" * (50 * MB)}
+    with pytest.raises(PayloadError, match=r"is 50000011 bytes as JSON, over the limit of"):
+        enqueue("faults.size", blob)
+    with pytest.raises(PayloadError, match=r"payloads\[1\]: .* over the limit"):
+        bulk_enqueue("faults.size", [{"blob": "small"}, blob])
+    assert not Job.objects.exists()
+
+
+@override_settings(SQLQ={"MAX_PAYLOAD_BYTES": 64 * MB, "QUEUES": ["default"]})
+def test_with_a_higher_limit_a_50_mb_payload_travels_whole():
+    job = enqueue("faults.size", {"blob": "x" * (50 * MB)})
+    run_burst()
+    job.refresh_from_db()
+    assert (job.status, job.result) == (JobStatus.COMPLETED, 50 * MB)
+
+
+@override_settings(SQLQ={"MAX_PAYLOAD_BYTES": 1000, "QUEUES": ["default"]})
+def test_the_limit_applies_to_results_too():
+    job = enqueue("faults.return", {"size": 2000}, max_attempts=1)
+    run_burst()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "return value is 2002 bytes as JSON, over the limit of 1000" in job.last_error
+
+
+def test_a_payload_nested_too_deeply_is_refused():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(PayloadError, match="nested too deeply"):
+        enqueue("tests.echo", deep)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["nul \x00 inside", "half a pair \ud83d", "other half \ude00", "\ude00\ud83d"]
+)
+def test_text_jsonb_cannot_hold_is_refused_on_every_engine(text):
+    with pytest.raises(PayloadError, match="PostgreSQL's jsonb refuses"):
+        enqueue("tests.echo", {"text": text})
+    with pytest.raises(PayloadError, match="PostgreSQL's jsonb refuses"):
+        enqueue("tests.echo", {text: 1})
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["😀 a whole pair", "é ü ß 中文", "a literal \\u0000", "\\\\u0000", "\\ud83d"]
+)
+def test_text_that_only_looks_unstorable_travels_unchanged(text):
+    job = enqueue("tests.echo", {"text": text})
+    run_burst()
+    job.refresh_from_db()
+    assert (job.status, job.payload, job.result) == (
+        JobStatus.COMPLETED, {"text": text}, {"text": text}
+    )  # fmt: skip
+
+
+def test_a_result_with_a_nul_character_fails_the_job_not_the_worker():
+    bad = enqueue("faults.return", {"value": "v", "nul": True}, max_attempts=1)
+    good = enqueue("tests.noop")
+    run_burst()
+    assert status(bad) == (JobStatus.FAILED, 1)
+    assert "return value cannot be stored as JSON: it holds a NUL" in bad.last_error
+    assert status(good) == (JobStatus.COMPLETED, 1)
+
+
+@pytest.mark.parametrize("extra", [{"nul": True}, {"surrogate": True}])
+def test_an_error_message_the_database_cannot_store_is_stored_escaped(extra):
+    bad = enqueue("faults.raise", {"message": "it broke", **extra}, max_attempts=1)
+    good = enqueue("tests.noop")
+    run_burst()
+    assert status(bad) == (JobStatus.FAILED, 1)
+    escaped = "\\x00" if "nul" in extra else "\\ud800"
+    assert bad.last_error.startswith(f"ValueError: it broke{escaped}")
+    assert bad.errors[0]["message"] == f"it broke{escaped}"
+    assert status(good) == (JobStatus.COMPLETED, 1)
+
+
+def test_run_at_with_delay_writes_nothing_single_or_bulk():
+    with pytest.raises(InvalidJobError, match="not both"):
+        enqueue("tests.noop", run_at=timezone.now(), delay=5)
+    with pytest.raises(InvalidJobError, match="not both"):
+        bulk_enqueue("tests.noop", [{}, {}], run_at=timezone.now(), delay=timedelta(seconds=5))
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, True, "5"])
+def test_bad_timeouts_are_refused(timeout):
+    with pytest.raises(InvalidJobError, match="timeout"):
+        enqueue("tests.noop", timeout=timeout)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("delay", [-1, math.nan, math.inf, "5", True])
+def test_bad_delays_are_refused(delay):
+    with pytest.raises(InvalidJobError, match="delay"):
+        enqueue("tests.noop", delay=delay)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("queue", [None, 5, ["default"], "", "x" * 10_000])
+def test_queues_that_are_not_known_names_are_refused(queue):
+    with pytest.raises(UnknownQueueError):
+        enqueue("tests.noop", queue=queue)
+    with pytest.raises(UnknownQueueError):
+        bulk_enqueue("tests.noop", [{}], queue=queue)
+    assert not Job.objects.exists()
+
+
+def test_bulk_enqueue_refuses_what_enqueue_refuses():
+    with pytest.raises(InvalidJobError, match="at most 255 characters"):
+        bulk_enqueue("x" * 10_000, [{}, {}])
+    with pytest.raises(InvalidJobError, match="max_attempts"):
+        bulk_enqueue("tests.noop", [{}, {}], max_attempts=-3)
+    with pytest.raises(PayloadError, match=r"payloads\[1\]"):
+        bulk_enqueue("tests.noop", [{}, {"n": "\x00"}])
+    assert not Job.objects.exists()
+
+
+def test_encode_json_names_what_it_refuses():
+    with pytest.raises(PayloadError, match="handler's return value"):
+        encode_json({1, 2}, what="handler's return value")
+
+
+# -- rows edited by hand ---------------------------------------------------------------------
+
+
+def hand_edit(sql: str, params: list) -> None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def test_the_schema_refuses_an_unknown_status_and_invalid_json():
+    job = enqueue("tests.noop")
+    with pytest.raises(IntegrityError):
+        hand_edit("UPDATE sqlq_job SET status = 'exploded' WHERE id = %s", [job.pk])
+    # SQLite: CHECK (JSON_VALID(payload)); PostgreSQL: jsonb parses its input.
+    with pytest.raises(DatabaseError):
+        hand_edit("UPDATE sqlq_job SET payload = '{not json' WHERE id = %s", [job.pk])
+    job.refresh_from_db()
+    assert (job.status, job.payload) == (JobStatus.PENDING, {})
+
+
+def test_invalid_json_that_got_in_anyway_fails_its_job_and_the_worker_goes_on():
+    if connection.vendor != "sqlite":
+        pytest.skip("only SQLite lets a hand edit switch CHECK constraints off")
+    bad = enqueue("tests.echo", max_attempts=1)
+    good = enqueue("tests.noop")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA ignore_check_constraints = ON")
+        try:
+            cursor.execute("UPDATE sqlq_job SET payload = '{not json' WHERE id = %s", [bad.pk])
+        finally:
+            cursor.execute("PRAGMA ignore_check_constraints = OFF")
+    run_burst()
+    assert status(bad) == (JobStatus.FAILED, 1)
+    assert bad.last_error.startswith("json.decoder.JSONDecodeError: Expecting property name")
+    assert status(good) == (JobStatus.COMPLETED, 1)
+
+
+def test_attempts_above_max_attempts_fail_the_job_without_running_it(tmp_path):
+    log = tmp_path / "ran"
+    bad = enqueue("faults.record", {"n": 1, "path": str(log)}, max_attempts=3)
+    good = enqueue("tests.noop")
+    hand_edit("UPDATE sqlq_job SET attempts = 7 WHERE id = %s", [bad.pk])
+    run_burst()
+    assert status(bad) == (JobStatus.FAILED, 8)
+    assert bad.last_error.startswith(
+        "django_sqlq.exceptions.InvalidJobError: Not run: attempt 8 is over max_attempts=3"
+    )
+    assert not log.exists()
+    assert status(good) == (JobStatus.COMPLETED, 1)
+
+
+def test_a_row_set_to_processing_by_hand_without_a_lease_is_recovered():
+    job = enqueue("tests.noop")
+    hand_edit(
+        "UPDATE sqlq_job SET status = 'processing', locked_by = 'nobody', attempts = 1 "
+        "WHERE id = %s",
+        [job.pk],
+    )
+    run_burst()  # reaps at start: the row has no lease, so nobody will ever renew it
+    assert status(job) == (JobStatus.COMPLETED, 2)
+    assert job.errors[0]["worker_id"] == "nobody"
+
+
+def test_a_type_name_of_10000_characters_written_by_hand():
+    job = enqueue("tests.noop", max_attempts=1)
+    try:
+        hand_edit("UPDATE sqlq_job SET type = %s WHERE id = %s", ["y" * 10_000, job.pk])
+    except DatabaseError:
+        # PostgreSQL enforces varchar(255).
+        assert connection.vendor == "postgresql"
+        assert status(job) == (JobStatus.PENDING, 0)
+        return
+    good = enqueue("tests.noop")
+    run_burst()
+    assert status(job) == (JobStatus.FAILED, 1)
+    assert "No handler is registered for job type 'yyyy" in job.last_error
+    assert status(good) == (JobStatus.COMPLETED, 1)
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def sqlq_worker(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    """Run ``sqlq_worker`` to its exit; returns its status and its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "sqlq_worker", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,  # a worker that loops instead of exiting fails here
+        stdin=subprocess.DEVNULL,
+    )
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "argument --concurrency: must be at least 1, got 0"),
+        (["--concurrency", "many"], "argument --concurrency: 'many' is not a whole number"),
+        (["--max-jobs", "-5"], "argument --max-jobs: must be at least 1, got -5"),
+        (
+            ["--poll-interval", "nan"],
+            "argument --poll-interval: must be a positive number of seconds, got nan",
+        ),
+        (["--queue", ""], "argument --queue: a queue name is 1 to 100 characters"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    ],
+)
+def test_invalid_options_exit_2_with_a_one_line_message(args, message, worker_env):
+    code, stderr = sqlq_worker(*args, "--burst", env=worker_env)
+    assert code == 2, stderr
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].endswith(message), stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="sqlq_worker reports these with CommandError's default status 1; they are "
+    "usage errors (status 2): CommandError(..., returncode=2) in the command",
+)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--queue", "nope"], "Unknown queue(s): nope."),
+        (["--database", "nope"], "Unknown database alias 'nope'"),
+    ],
+)
+def test_invalid_option_values_exit_2_with_a_one_line_message(args, message, worker_env):
+    code, stderr = sqlq_worker(*args, "--burst", env=worker_env)
+    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert code == 2, stderr
+
+
+@pytest.fixture
+def unmigrated_env(worker_env, tmp_path):
+    """The environment of a worker whose database has no tables: a new SQLite file, or a
+    new PostgreSQL database (dropped afterwards)."""
+    env = {k: v for k, v in worker_env.items() if k != "SQLQ_TEST_USE_TEST_DB"}
+    if connection.vendor == "sqlite":
+        (tmp_path / "empty").mkdir()
+        yield {**env, "SQLQ_TEST_RUN_DIR": str(tmp_path / "empty")}
+        return
+    name = f"sqlq_unmigrated_{os.getpid()}"
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield {**env, "SQLQ_TEST_PG_DB": name}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_worker_started_before_migrate_says_so_and_exits(unmigrated_env):
+    code, stderr = sqlq_worker(env=unmigrated_env)  # not --burst: it would serve forever
+    assert code == 1, stderr
+    assert stderr.strip() == (
+        "CommandError: The jobs table does not exist in database 'default': "
+        "run `python manage.py migrate` first."
+    )

@@ -1,0 +1,164 @@
+"""Scenario 4: stopping a worker.
+
+- SIGTERM with jobs running and jobs claimed but not started: the running ones finish, the
+  others are back in ``pending`` at once (attempt not counted, no lease to wait for), exit 0.
+- While it finishes its running jobs after SIGTERM, the worker keeps renewing their leases,
+  so no other worker takes them over.
+- SIGTERM while idle: a prompt exit (the time is measured and reported, not asserted).
+- A second SIGTERM: a prompt exit (status 1) that leaves only what leases recover.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+
+from django_sqlq import bulk_enqueue, enqueue
+from django_sqlq.models import Job, JobStatus
+from tests.faults.conftest import errors_in, runs, seconds_to_exit, until
+
+pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+
+
+def block(n: int, tmp_path, **options) -> Job:
+    payload = {
+        "n": n,
+        "started": str(tmp_path / "started"),
+        "release": str(tmp_path / "release"),
+        "path": str(tmp_path / "ran"),
+    }
+    return enqueue("faults.block", payload, **options)
+
+
+def test_sigterm_finishes_running_jobs_and_gives_back_claimed_ones_at_once(
+    tmp_path, spawn_worker, report
+):
+    worker = spawn_worker("--concurrency", "2")
+    worker.wait_ready()
+    # Fast jobs first: the worker learns they are fast and claims ahead (prefetch).
+    bulk_enqueue("tests.noop", [{}] * 200)
+    until(lambda: Job.objects.completed().count() == 200, 30, "warm-up jobs done")
+    with transaction.atomic():  # one commit, so that one claim takes them all
+        running = [block(n, tmp_path, priority=10) for n in (1, 2)]
+        waiting = bulk_enqueue(
+            "faults.record", [{"n": n, "path": str(tmp_path / "ran")} for n in range(10, 40)]
+        )
+    waiting_ids = [job.pk for job in waiting]
+    until(lambda: len(runs(tmp_path / "started")) == 2, 30, "both slow jobs started")
+    until(
+        lambda: Job.objects.filter(pk__in=waiting_ids, status=JobStatus.PROCESSING).count() == 30,
+        10,
+        "the 30 other jobs claimed ahead (in the worker's hands, not started)",
+    )
+
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    until(
+        lambda: (
+            Job.objects.filter(
+                pk__in=waiting_ids, status=JobStatus.PENDING, attempts=0, locked_by=""
+            ).count()
+            == 30
+        ),
+        10,
+        "claimed-but-unstarted jobs back in pending",
+    )
+    given_back = time.monotonic() - signalled
+    # ... while the running jobs still run: that was no lease running out.
+    assert Job.objects.filter(pk__in=[j.pk for j in running], status="processing").count() == 2
+    assert worker.proc.poll() is None
+    (tmp_path / "release").touch()
+    assert worker.wait(30) == 0, worker.output()
+    finished = Job.objects.filter(pk__in=[j.pk for j in running])
+    assert set(finished.values_list("status", "attempts")) == {(JobStatus.COMPLETED, 1)}
+    assert runs(tmp_path / "ran") == {1: [worker.pid], 2: [worker.pid]}
+    assert "gave back 30 unstarted job(s)" in worker.output()
+    report(given_back_after_sigterm_seconds=round(given_back, 3))
+
+
+def test_leases_are_renewed_while_running_jobs_finish_after_sigterm(tmp_path, spawn_worker):
+    env = {"SQLQ_TEST_LEASE_SECONDS": "1"}
+    job = block(1, tmp_path, max_attempts=1)
+    worker = spawn_worker("--worker-id", "stopping", env=env)
+    until(lambda: runs(tmp_path / "started"), 30, "the job started")
+    other = spawn_worker("--worker-id", "other", env=env)
+    other.wait_ready()
+    worker.signal(signal.SIGTERM)
+    until(lambda: "finishing running jobs" in worker.output(), 10, "SIGTERM received")
+    job.refresh_from_db()
+    first_expiry = job.lease_expires_at
+
+    def renewed_past(seconds: float) -> bool:
+        job.refresh_from_db()
+        return job.lease_expires_at - first_expiry >= timedelta(seconds=seconds)
+
+    # Three leases' worth of renewals after the signal, and the job still its worker's.
+    until(lambda: renewed_past(3), 15, "the lease renewed after SIGTERM")
+    assert (job.status, job.locked_by, job.attempts) == (JobStatus.PROCESSING, "stopping", 1)
+    (tmp_path / "release").touch()
+    assert worker.wait(30) == 0
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.errors) == (JobStatus.COMPLETED, 1, [])
+    assert runs(tmp_path / "started") == {1: [worker.pid]}
+    other.signal(signal.SIGTERM)
+    assert other.wait() == 0
+    assert "Lease expired" not in other.output()
+
+
+def test_sigterm_while_idle_exits_promptly(spawn_worker, report):
+    times = []
+    for _ in range(5):
+        worker = spawn_worker()
+        worker.wait_ready()
+        signalled = time.monotonic()
+        worker.signal(signal.SIGTERM)
+        code, seconds = seconds_to_exit(worker, signalled)
+        assert code == 0, worker.output()
+        times.append(seconds)
+        assert errors_in(worker.output()) == []
+    report(
+        idle_sigterm_to_exit_seconds=[round(t, 3) for t in times],
+        median=round(statistics.median(times), 3),
+    )
+
+
+def test_second_sigterm_exits_at_once_and_leaves_only_recoverable_state(
+    tmp_path, spawn_worker, report
+):
+    env = {"SQLQ_TEST_LEASE_SECONDS": "2"}
+    job = block(1, tmp_path, max_attempts=3)
+    queued = enqueue("faults.record", {"n": 2, "path": str(tmp_path / "ran")})
+    worker = spawn_worker("--worker-id", "forced", env=env)
+    until(lambda: runs(tmp_path / "started"), 30, "the job started")
+    worker.signal(signal.SIGTERM)
+    until(lambda: "finishing running jobs" in worker.output(), 10, "first SIGTERM received")
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    code, forced_exit = seconds_to_exit(worker, signalled)
+    assert code == 1, worker.output()
+    assert "forced to stop: 1 running job(s) left to lease expiry" in worker.output()
+    assert "Traceback" not in worker.output()
+    # Left behind: the interrupted job, still leased to the dead worker; nothing else.
+    job.refresh_from_db()
+    assert (job.status, job.locked_by) == (JobStatus.PROCESSING, "forced")
+    assert Job.objects.get(pk=queued.pk).status == JobStatus.PENDING
+    # Recoverable: once its lease runs out, another worker runs it again.
+    (tmp_path / "release").touch()
+    rescuer = spawn_worker("--worker-id", "rescuer", env=env)
+
+    def done() -> bool:
+        return Job.objects.completed().count() == 2
+
+    until(done, 30, "the rescuer finished both jobs")
+    job.refresh_from_db()
+    assert (job.attempts, job.locked_by) == (2, "rescuer")
+    assert job.errors[0]["worker_id"] == "forced"
+    assert runs(tmp_path / "ran") == {1: [rescuer.pid], 2: [rescuer.pid]}
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait() == 0
+    report(second_sigterm_to_exit_seconds=round(forced_exit, 3))

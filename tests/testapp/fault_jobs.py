@@ -1,0 +1,142 @@
+"""Handlers for the fault-injection scenarios (tests/faults). Imported by jobs.py, so the
+worker discovers them.
+
+Every side effect is an appended line ``"<n> <pid>\\n"`` in a file named by the payload,
+written with one ``write()`` on an ``O_APPEND`` descriptor: lines from several processes
+never interleave, and a process killed with SIGKILL leaves a whole line or none.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django_sqlq import handler
+
+
+def append_line(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@handler("faults.record")
+def record(payload: dict[str, Any]) -> int:
+    """The side effect the scenarios count: one line per run, after ``before`` seconds of
+    work and followed by ``after`` seconds more (both optional)."""
+    if payload.get("before"):
+        time.sleep(payload["before"])
+    append_line(payload["path"], f"{payload['n']} {os.getpid()}")
+    if payload.get("after"):
+        time.sleep(payload["after"])
+    return os.getpid()
+
+
+@handler("faults.block")
+def block(payload: dict[str, Any]) -> int:
+    """Announce the start (``started`` gets a line with the pid), wait until the ``release``
+    file exists (at most ``max_seconds``), then record the run like faults.record."""
+    append_line(payload["started"], f"{payload['n']} {os.getpid()}")
+    release = Path(payload["release"])
+    deadline = time.monotonic() + payload.get("max_seconds", 30)
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    append_line(payload["path"], f"{payload['n']} {os.getpid()}")
+    return os.getpid()
+
+
+@handler("faults.sleep")
+def sleep(payload: dict[str, Any]) -> int:
+    """Run for ``seconds``, then record the run."""
+    append_line(payload["started"], f"{payload['n']} {os.getpid()}")
+    time.sleep(payload["seconds"])
+    append_line(payload["path"], f"{payload['n']} {os.getpid()}")
+    return os.getpid()
+
+
+# -- poison ----------------------------------------------------------------------------------
+
+
+@handler("faults.os_exit")
+def os_exit(payload: Any) -> None:
+    os._exit(1)
+
+
+@handler("faults.segfault")
+def segfault(payload: Any) -> None:
+    ctypes.string_at(0)
+
+
+@handler("faults.system_exit")
+def system_exit(payload: Any) -> None:
+    sys.exit(3)
+
+
+@handler("faults.keyboard_interrupt")
+def keyboard_interrupt(payload: Any) -> None:
+    raise KeyboardInterrupt("pressed ^C inside a job")
+
+
+@handler("faults.async_keyboard_interrupt")
+async def async_keyboard_interrupt(payload: Any) -> None:
+    raise KeyboardInterrupt("pressed ^C inside an async job")
+
+
+class Bare(BaseException):
+    pass
+
+
+@handler("faults.base_exception")
+def base_exception(payload: Any) -> None:
+    raise Bare("a bare BaseException subclass")
+
+
+@handler("faults.recursion")
+def recursion(payload: Any) -> int:
+    def down(n: int) -> int:
+        return down(n + 1) + 1
+
+    return down(0)
+
+
+@handler("faults.hang")
+def hang(payload: dict[str, Any]) -> None:
+    """Never returns, as far as the test can tell (gives up after ``max_seconds``, so that an
+    abandoned thread does not outlive the test run)."""
+    deadline = time.monotonic() + payload.get("max_seconds", 60)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@handler("faults.raise")
+def raise_message(payload: dict[str, Any]) -> None:
+    """Raise a ValueError with the payload's message (NUL bytes, surrogates...)."""
+    message = payload["message"]
+    if payload.get("surrogate"):
+        message += "\ud800"
+    if payload.get("nul"):
+        message += "\x00"
+    raise ValueError(message)
+
+
+@handler("faults.return")
+def return_value(payload: dict[str, Any]) -> Any:
+    """Return the payload's value, with a NUL character or a big string added on request."""
+    value = payload.get("value")
+    if payload.get("nul"):
+        value = f"{value}\x00"
+    if payload.get("size"):
+        value = "x" * payload["size"]
+    return value
+
+
+@handler("faults.size")
+def size(payload: dict[str, Any]) -> int:
+    """The length of the payload's ``blob``: proves a big payload arrived whole."""
+    return len(payload["blob"])
