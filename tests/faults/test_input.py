@@ -290,11 +290,6 @@ def test_invalid_options_exit_2_with_a_one_line_message(args, message, worker_en
     assert "Traceback" not in stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sqlq_worker reports these with CommandError's default status 1; they are "
-    "usage errors (status 2): CommandError(..., returncode=2) in the command",
-)
 @pytest.mark.parametrize(
     ("args", "message"),
     [

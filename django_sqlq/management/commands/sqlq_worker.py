@@ -97,6 +97,11 @@ def tasks_backend(value: str) -> str:
     return value
 
 
+def usage_error(message: str) -> CommandError:
+    """A bad option value: exit status 2, as argparse gives for a malformed option."""
+    return CommandError(message, returncode=2)
+
+
 class Command(BaseCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
 
@@ -235,7 +240,7 @@ class Command(BaseCommand):
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         if database is not None and database not in connections.settings:
-            raise CommandError(
+            raise usage_error(
                 f"Unknown database alias {database!r}; known: {', '.join(connections.settings)}."
             )
         for ours, theirs, both in (
@@ -244,9 +249,9 @@ class Command(BaseCommand):
             ("--max-jobs", "--max-tasks", max_jobs is not None and max_tasks is not None),
         ):
             if both:
-                raise CommandError(f"Give {ours} or {theirs} (db_worker's name for it), not both.")
+                raise usage_error(f"Give {ours} or {theirs} (db_worker's name for it), not both.")
         if reload:
-            raise CommandError(
+            raise usage_error(
                 "sqlq_worker does not reload on code changes; run it under a process manager "
                 "(or a file watcher) that restarts it, and drop --reload."
             )
@@ -259,16 +264,16 @@ class Command(BaseCommand):
         elif queue_names is not None:
             queues = queue_names
         if exclude_queues and not all_queues:
-            raise CommandError("--exclude-queues can only be used with --queue-name '*'.")
+            raise usage_error("--exclude-queues can only be used with --queue-name '*'.")
         if backend_alias is not None:
             queues = self._backend_queues(backend_alias, queues, all_queues, exclude_queues)
             all_queues, exclude_queues = False, None
             if not queues:
-                raise CommandError(f"No queue of TASKS[{backend_alias!r}] is left to serve.")
+                raise usage_error(f"No queue of TASKS[{backend_alias!r}] is left to serve.")
         if queues:
             unknown = [q for q in queues if q not in conf.QUEUES]
             if unknown:
-                raise CommandError(
+                raise usage_error(
                     f"Unknown queue(s): {', '.join(unknown)}. Known queues: "
                     f"{', '.join(conf.QUEUES)} (SQLQ['QUEUES'])."
                 )
@@ -318,7 +323,7 @@ class Command(BaseCommand):
             return [name for name in served if name not in (exclude_queues or ())]
         outside = [name for name in queues if name not in served]
         if outside:
-            raise CommandError(
+            raise usage_error(
                 f"Queue(s) {', '.join(outside)} are not queues of TASKS[{alias!r}] "
                 f"({', '.join(served)})."
             )
