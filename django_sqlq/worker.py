@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
 import os
 import queue as queue_module
@@ -29,6 +30,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from types import FrameType
@@ -71,6 +73,42 @@ class ForcedStop(BaseException):
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _Inbox:
+    """Claimed jobs waiting for a runner thread: a deque under one condition, so that a
+    batch of claimed jobs is handed over with one notify (queue.Queue notifies per item)."""
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._ready = threading.Condition()
+
+    def put_many(self, items: Sequence[Any]) -> None:
+        with self._ready:
+            self._items.extend(items)
+            self._ready.notify(len(items))
+
+    def put(self, item: Any) -> None:
+        self.put_many([item])
+
+    def get(self) -> Any:
+        with self._ready:
+            while not self._items:
+                self._ready.wait()
+            return self._items.popleft()
+
+    def get_nowait(self) -> Any:
+        with self._ready:
+            if not self._items:
+                raise queue_module.Empty
+            return self._items.popleft()
+
+
+def _decode_json(value: Any) -> Any:
+    """A JSON column read by raw SQL: text on SQLite (and from Django's psycopg set-up)."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return json.loads(value)
+    return value
 
 
 class _Done(NamedTuple):
@@ -167,7 +205,7 @@ class Worker:
         self.stop_event = threading.Event()
         self._finished = threading.Event()  # every runner is done: the heartbeat stops
         self._wake = threading.Event()
-        self._inbox: queue_module.Queue[Any] = queue_module.Queue()
+        self._inbox = _Inbox()
         self._busy = 0  # claimed and not yet finished (queued or running)
         self._busy_lock = threading.Lock()
         self._running: dict[int, ClaimedJob] = {}
@@ -303,8 +341,7 @@ class Worker:
                     with self._busy_lock:
                         self._busy += len(claimed)
                     self.jobs_claimed += len(claimed)
-                    for job in claimed:
-                        self._inbox.put(job)
+                    self._inbox.put_many(claimed)
                     continue
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
@@ -564,7 +601,8 @@ class Worker:
                 except Exception as exc:
                     outcome, value = "failed", lifecycle.ErrorInfo.from_exception(exc)
                 else:
-                    self._hook(handler.on_start, self._context(job))
+                    if handler.on_start is not None:
+                        self._hook(handler.on_start, self._context(job))
                     outcome, value = self._call_handler(job, handler)
         finally:
             self._running.pop(job.id, None)
@@ -641,14 +679,17 @@ class Worker:
     def _call_handler(self, job: ClaimedJob, handler: registry.Handler) -> tuple[str, Any]:
         """Run the handler. Returns ("completed", result) or ("failed", ErrorInfo)."""
         try:
-            payload = ops_for(self.database).decode_json(job.payload)
+            payload = _decode_json(job.payload)
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
                 args += (self._context(job),)
             result = _invoke(handler.func, args, job.timeout)
             # The same checks as a payload's, size limit included: a result the database
             # would refuse fails this attempt instead of the write of a batch of completions.
-            encode_json(result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES)
+            if result is not None:
+                encode_json(
+                    result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES
+                )
         except BaseException as exc:
             _reset_connections_after_error()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
