@@ -197,7 +197,7 @@ def reconnecting(query: Callable[[], T]) -> Callable[[], T | None]:
 
 @pytest.mark.skipif(
     os.environ.get("SQLQ_FAULTS_PG_RESTART") != "1",
-    reason="restarts the PostgreSQL server: set SQLQ_FAULTS_PG_RESTART=1 (CI does)",
+    reason="restarts the PostgreSQL server: set SQLQ_FAULTS_PG_RESTART=1 (.ci/run does)",
 )
 def test_server_restart_mid_drain(postgresql, tmp_path, pool, report):
     command = os.environ.get("SQLQ_FAULTS_PG_RESTART_CMD") or (
