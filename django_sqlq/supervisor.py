@@ -30,14 +30,34 @@ HEALTHY_AFTER = 10.0
 MAX_RESTART_DELAY = 30.0
 
 
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def _child(worker_kwargs: dict[str, Any], burst: bool) -> None:
     """The body of one child process."""
     from django_sqlq.worker import Worker
 
-    # The parent's handlers were copied by fork; the Worker installs its own.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # The parent's handlers were copied by fork, and Worker.run installs its own only once
+    # it runs: a signal that arrives before then (the supervisor stopping while this child
+    # starts) must stop the worker, not kill the process or be lost.
+    early: list[int] = []
+    made: list[Worker] = []
+
+    def before_run(signum: int, frame: Any) -> None:
+        if made:  # stop() waits on locks: never call it from a signal handler directly
+            threading.Thread(target=made[0].stop, daemon=True).start()
+        else:
+            early.append(signum)
+
+    signal.signal(signal.SIGTERM, before_run)
+    signal.signal(signal.SIGINT, before_run)
+    # Blocked by the supervisor around the fork (see Supervisor._start): only now that this
+    # process has handlers of its own can it take them; one that came meanwhile arrives here.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     worker = Worker(**worker_kwargs)
+    made.append(worker)
+    if early:
+        worker.stop()
     worker.run(burst=burst)
     os._exit(1 if worker.forced else 0)
 
@@ -80,7 +100,14 @@ class Supervisor:
             name=f"sqlq-worker-{slot.index}",
             daemon=False,
         )
-        process.start()
+        # A child starts with copies of the supervisor's signal handlers: a SIGTERM that
+        # reached it before _child replaced them would run the supervisor's handler there.
+        # Keep the stop signals blocked across the fork; the child unblocks them itself.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         slot.process = process
         slot.started = time.monotonic()
         logger.info("Supervisor started worker process %d (pid %s)", slot.index, process.pid)

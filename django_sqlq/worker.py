@@ -466,7 +466,11 @@ class Worker:
             raise WorkerError(
                 "The jobs table does not exist: run `python manage.py migrate` first."
             ) from exc
-        delay = min(5.0, 0.05 * 2**failures)
+        self.stop_event.wait(self._back_off(what, exc, failures))
+
+    def _back_off(self, what: str, exc: DatabaseError, failures: int) -> float:
+        """Log a transient database error, drop the connection; returns seconds to wait."""
+        delay = min(5.0, 0.05 * 2.0**failures)
         logger.warning(
             "Worker %s: database error during %s (%s: %s); retrying in %.2fs",
             self.worker_id,
@@ -476,7 +480,7 @@ class Worker:
             delay,
         )
         _reset_connection(self.database)
-        self.stop_event.wait(delay)
+        return delay
 
     def _with_retry(self, what: str, func: Callable[[], T]) -> T:
         """Run a database write until it succeeds: a lost connection or a lock never turns
@@ -489,17 +493,7 @@ class Worker:
                 if not is_transient(exc) or self.forced:
                     raise
                 failures += 1
-                delay = min(5.0, 0.05 * 2**failures)
-                logger.warning(
-                    "Worker %s: database error during %s (%s: %s); retrying in %.2fs",
-                    self.worker_id,
-                    what,
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                )
-                _reset_connection(self.database)
-                time.sleep(delay)
+                time.sleep(self._back_off(what, exc, failures))
 
     def _release_unstarted(self) -> None:
         unstarted: list[ClaimedJob] = []

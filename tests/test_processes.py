@@ -113,9 +113,10 @@ def test_processes_supervisor_restarts_a_dead_child(tmp_path, spawn_worker):
 
     log = tmp_path / "ran"
     supervisor = spawn_worker("--processes", "2", "--worker-id", "sup", "-v", "1")
-    wait_for(lambda: supervisor.output().count(" ready") >= 2)
+    wait_for(lambda: all(f"sqlq_worker sup-{i} ready" in supervisor.output() for i in (0, 1)))
+    # "Supervisor started worker process <index> (pid <pid>)"
     children = {
-        int(line.rsplit("pid ", 1)[1].rstrip(")"))
+        int(line.rsplit("pid ", 1)[1].rstrip(")")): line.split("worker process ")[1].split()[0]
         for line in supervisor.output().splitlines()
         if "started worker process" in line
     }
@@ -124,9 +125,21 @@ def test_processes_supervisor_restarts_a_dead_child(tmp_path, spawn_worker):
     os.kill(victim, signal.SIGKILL)
     wait_for(lambda: "died with exit code -9" in supervisor.output())
     wait_for(lambda: supervisor.output().count("started worker process") >= 3)
+    # The restarted child serves again: its second readiness line.
+    ready_line = f"sqlq_worker sup-{children[victim]} ready"
+    wait_for(lambda: supervisor.output().count(ready_line) >= 2)
     jobs = bulk_enqueue("tests.record", [{"n": i, "path": str(log)} for i in range(200)])
     wait_for(lambda: Job.objects.completed().count() == len(jobs), timeout=60)
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(timeout=60) == 0, supervisor.output()
     assert set(ran(log)) == set(range(200))
     assert max(ran(log).values()) == 1
+
+
+def test_processes_supervisor_stopped_while_its_children_start_exits_0(spawn_worker):
+    supervisor = spawn_worker("--processes", "2", "-v", "1")
+    # As soon as the children are forked, before they are ready to handle signals themselves.
+    wait_for(lambda: supervisor.output().count("started worker process") >= 2, interval=0.001)
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=60) == 0, supervisor.output()
+    assert "died" not in supervisor.output()
