@@ -126,7 +126,7 @@ def _options(
         max_attempts = conf.MAX_ATTEMPTS
     _validate_int("max_attempts", max_attempts, 1, 2**31 - 1)
     if timeout is None:
-        spec = registry.registered().get(type_name)
+        spec = registry.find(type_name)
         timeout = spec.timeout if spec is not None else None
     elif (
         isinstance(timeout, bool)
@@ -195,6 +195,27 @@ def _json_of(job: Job) -> str:
     """The payload as JSON text: encoded once, when enqueue() validated it."""
     encoded: str | None = getattr(job, "_sqlq_json", None)
     return encoded if encoded is not None else encode_json(job.payload)
+
+
+_JOB_DEFAULTS: dict[str, Any] | None = None
+
+
+def _new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
+    """``Job(payload=payload, **fields)`` without Model.__init__, which costs more than the
+    INSERT on SQLite: a copy of the fields' defaults, with fresh mutable ones."""
+    global _JOB_DEFAULTS
+    if _JOB_DEFAULTS is None:
+        _JOB_DEFAULTS = dict(Job().__dict__)
+        del _JOB_DEFAULTS["_state"]
+    job = Job.__new__(Job)
+    values = job.__dict__
+    values.update(_JOB_DEFAULTS)
+    values["_state"] = ModelState()
+    values["errors"] = []
+    values.update(fields)
+    values["payload"] = payload
+    values["_sqlq_json"] = encoded
+    return job
 
 
 def _clone(template: Job, payload: Any, encoded: str) -> Job:
@@ -291,8 +312,7 @@ def enqueue(
         timeout=timeout,
     )
     delay_seconds = fields.pop("_delay_seconds", None)
-    job = Job(payload=payload, **fields)
-    job._sqlq_json = encoded  # type: ignore[attr-defined]
+    job = _new_job(fields, payload, encoded)
     _submit(conf.DATABASE, [job], using, delay_seconds)
     return job
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError
@@ -49,6 +50,11 @@ class Handler:
     # use them.
     on_start: Callable[[JobContext], None] | None = None
     on_finish: Callable[[JobContext, str, Any], None] | None = None
+    # Whether ``func`` is a coroutine function: decided once, not for every job.
+    is_async: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
 
 
 # A resolver turns a job type that no @handler claims into a Handler (the tasks backend
@@ -179,6 +185,11 @@ def get(name: str) -> Handler:
 
 def registered() -> dict[str, Handler]:
     return dict(_handlers)
+
+
+def find(name: str) -> Handler | None:
+    """The handler registered under ``name``, or None (no import, no resolver)."""
+    return _handlers.get(name)
 
 
 def unregister(name: str) -> None:

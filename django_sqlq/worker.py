@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import os
@@ -92,6 +91,10 @@ class _Inbox:
         self.put_many([item])
 
     def get(self) -> Any:
+        try:
+            return self._items.popleft()  # atomic: no lock needed when there is work
+        except IndexError:
+            pass
         with self._ready:
             while not self._items:
                 self._ready.wait()
@@ -104,9 +107,14 @@ class _Inbox:
             return self._items.popleft()
 
 
+_JSON_DECODE = json.JSONDecoder().decode
+
+
 def _decode_json(value: Any) -> Any:
     """A JSON column read by raw SQL: text on SQLite (and from Django's psycopg set-up)."""
-    if isinstance(value, (str, bytes, bytearray)):
+    if isinstance(value, str):
+        return _JSON_DECODE(value)
+    if isinstance(value, (bytes, bytearray)):
         return json.loads(value)
     return value
 
@@ -423,19 +431,21 @@ class Worker:
                 )
             return
         self._unhold(item.job.id for item in batch)
+        log = logger.isEnabledFor(logging.INFO)
         for item in batch:
             job = item.job
             if job.id not in written:
                 self._lost(job)
                 continue
             self.jobs_done += 1
-            logger.info(
-                "Job id=%s type=%s completed in %.3fs attempt=%d",
-                job.id,
-                job.type,
-                item.elapsed,
-                job.attempts,
-            )
+            if log:
+                logger.info(
+                    "Job id=%s type=%s completed in %.3fs attempt=%d",
+                    job.id,
+                    job.type,
+                    item.elapsed,
+                    job.attempts,
+                )
             if item.handler.on_finish is not None:
                 self._hook(
                     item.handler.on_finish, self._context(job), JobStatus.COMPLETED, item.result
@@ -677,7 +687,7 @@ class Worker:
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
                 args += (self._context(job),)
-            result = _invoke(handler.func, args, job.timeout)
+            result = _invoke(handler.func, args, job.timeout, is_async=handler.is_async)
             # The same checks as a payload's, size limit included: a result the database
             # would refuse fails this attempt instead of the write of a batch of completions.
             if result is not None:
@@ -819,8 +829,10 @@ def _close_event_loop() -> None:
         loop.close()
 
 
-def _invoke(func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> Any:
-    if inspect.iscoroutinefunction(func):
+def _invoke(
+    func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, *, is_async: bool
+) -> Any:
+    if is_async:
         coroutine = func(*args)
         if timeout is not None:
             coroutine = asyncio.wait_for(coroutine, timeout)

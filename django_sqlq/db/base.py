@@ -50,6 +50,8 @@ class QueueOps:
 
     table = "sqlq_job"
     worker_table = "sqlq_worker"
+    # What a claim returns, in ClaimedJob's order. scheduled_at only orders the batch.
+    claim_columns = CLAIM_COLUMNS
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
@@ -82,6 +84,11 @@ class QueueOps:
 
     def unindexed(self, column: str) -> str:
         """``column``, written so the planner will not drive the query from its index."""
+        return column
+
+    def raw_datetime(self, column: str) -> str:
+        """``column`` (a datetime) as the driver returns it without conversion, for rows
+        whose timestamps are converted once per distinct value, not once per row."""
         return column
 
     def clock(self, now: datetime | None) -> Any:
@@ -131,7 +138,7 @@ class QueueOps:
             f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'pending' "
             f"{queue_sql}AND scheduled_at <= {now_sql} "
             f"ORDER BY priority DESC, scheduled_at, id LIMIT %s{self.skip_locked()}) "
-            f"RETURNING {CLAIM_COLUMNS}"
+            f"RETURNING {self.claim_columns}"
         )
         params = [
             worker_id, clock, clock, clock, lease_seconds, clock,
@@ -140,20 +147,7 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = [
-            ClaimedJob(
-                id=row[0],
-                queue=row[1],
-                type=row[2],
-                payload=row[3],
-                attempts=row[4],
-                max_attempts=row[5],
-                timeout=row[6],
-                priority=row[7],
-                scheduled_at=row[8],
-            )
-            for row in rows
-        ]
+        jobs = list(map(ClaimedJob._make, rows))  # the columns are in ClaimedJob's order
         jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
         return jobs
 
@@ -355,7 +349,7 @@ class QueueOps:
             f"SELECT %s, %s, {payload_sql}, 'pending', %s, 0, %s, {self.float_param_sql()}, '', "
             f"{self.json_param_sql()}, {scheduled_sql}, {now_sql}, {now_sql}, '' "
             f"FROM {source} ORDER BY {order_sql} "
-            f"RETURNING id, scheduled_at, created_at"
+            f"RETURNING id, {self.raw_datetime('scheduled_at')}, {self.raw_datetime('created_at')}"
         )
         params = [
             fields["queue"], fields["type"], fields["priority"], fields["max_attempts"],
