@@ -58,7 +58,7 @@ _STOP = object()  # tells a runner thread to exit
 FLUSH_BATCH = 100
 FLUSH_INTERVAL = 0.01
 # Fast jobs are claimed ahead, up to MAX_PREFETCH or about PREFETCH_WINDOW seconds of work.
-MAX_PREFETCH = 100
+MAX_PREFETCH = 200
 PREFETCH_WINDOW = 0.05
 
 
@@ -227,6 +227,7 @@ class Worker:
         self._done_since = 0.0
         self._done_lock = threading.Lock()
         self._avg_runtime: float | None = None
+        self._refill_at = 0  # see _claim_limit
         self.jobs_done = 0
         self.jobs_failed = 0
         self.jobs_claimed = 0
@@ -322,7 +323,8 @@ class Worker:
         queue_may_have_more = True
         changes = _ChangeWatch(self)
         while not self.stop_event.is_set():
-            self._flush(force=False)
+            # Claim first, then write completions: the runners start on the new jobs while
+            # this thread waits on the completions' statement.
             limit = self._claim_limit()
             idle = self._busy == 0 and not self._done
             due = time.monotonic() - last_claim >= self.poll_interval
@@ -341,6 +343,7 @@ class Worker:
                 except DatabaseError as exc:
                     failures += 1
                     self._database_trouble("claim", exc, failures)
+                    self._flush(force=False)
                     continue
                 last_claim = time.monotonic()
                 queue_may_have_more = len(claimed) == limit
@@ -350,9 +353,11 @@ class Worker:
                         self._busy += len(claimed)
                     self.jobs_claimed += len(claimed)
                     self._inbox.put_many(claimed)
+                    self._flush(force=False)
                     continue
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
+            self._flush(force=False)
             if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
                 return
             self._wake.wait(self._wait_time(last_claim, changes))
@@ -364,6 +369,9 @@ class Worker:
         with self._busy_lock:
             in_hand = self._busy
         capacity = self.concurrency + self._prefetch()
+        # The runners wake this thread when the jobs in hand fall to this level, so that the
+        # next claim runs while they work through the rest.
+        self._refill_at = capacity - (capacity + 1) // 2
         free = capacity - in_hand
         if in_hand and free < (capacity + 1) // 2:
             free = 0
@@ -564,7 +572,11 @@ class Worker:
                         busy = self._busy
                     # Wake the main thread when there is something for it to do: room to
                     # claim, a batch to write, or a first completion to schedule a flush for.
-                    if busy <= self.concurrency or len(self._done) in (1, FLUSH_BATCH):
+                    if (
+                        busy <= self.concurrency
+                        or busy == self._refill_at
+                        or len(self._done) in (1, FLUSH_BATCH)
+                    ):
                         self._wake.set()
         finally:
             _close_event_loop()
