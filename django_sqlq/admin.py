@@ -48,7 +48,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, lifecycle, registry
 from django_sqlq.conf import get_settings
-from django_sqlq.models import FailedJob, Job, JobStatus, WorkerProcess
+from django_sqlq.models import FailedJob, Job, JobStatus, QueueDashboard, WorkerProcess
 
 if TYPE_CHECKING:
     JobModelAdmin = admin.ModelAdmin[Job]
@@ -959,6 +959,37 @@ class FailedJobAdmin(JobAdmin):
     @admin.display(description=_("failed at"))
     def failed_at(self, obj: Job) -> str:
         return _datetime(obj.completed_at)
+
+
+@admin.register(QueueDashboard)
+class QueueDashboardAdmin(JobModelAdmin):
+    """ "Queue dashboard" in the admin index, for whoever may see the dashboard (the view or
+    change permission on jobs); following it opens the dashboard."""
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        site = self.admin_site.name
+        return HttpResponseRedirect(reverse(f"{site}:django_sqlq_job_dashboard", current_app=site))
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user = request.user
+        return user.has_perm("django_sqlq.view_job") or user.has_perm("django_sqlq.change_job")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 # -- the workers --------------------------------------------------------------------------

@@ -148,6 +148,17 @@ class FailedJob(Job):
         verbose_name_plural = _("failed jobs")
 
 
+class QueueDashboard(Job):
+    """No data of its own: the queue dashboard's entry in the admin index, beside the lists.
+    Its admin page opens the dashboard, which needs the view permission on jobs."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("queue dashboard")
+        verbose_name_plural = _("queue dashboard")
+        default_permissions = ()
+
+
 class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
     def alive(self, seconds: float) -> WorkerProcessQuerySet:
         from datetime import timedelta

@@ -13,7 +13,7 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from django_sqlq import dashboard, lifecycle
@@ -160,6 +160,32 @@ def test_the_admin_index_lists_jobs_failed_jobs_and_workers(login: Any) -> None:
     for name in ("job_changelist", "failedjob_changelist", "workerprocess_changelist"):
         assert url(name) in text(response)
     assert "Failed jobs" in text(response)
+
+
+@pytest.mark.parametrize("role", ["viewer", "superuser"])
+def test_the_admin_index_links_the_dashboard(login: Any, role: str) -> None:
+    """ "Queue dashboard" sits in the main admin index beside the lists and opens it."""
+    client = login(role)
+    response = client.get(reverse("admin:index"))
+    assert url("queuedashboard_changelist") in text(response)
+    assert "Queue dashboard" in text(response)
+    opened = client.get(url("queuedashboard_changelist"))
+    assert opened.status_code == 302 and opened["Location"] == url("job_dashboard")
+    assert client.get(opened["Location"]).status_code == 200
+
+
+@pytest.mark.parametrize("role", ["anonymous", "staff"])
+def test_the_dashboard_entry_is_not_for_everyone(login: Any, role: str) -> None:
+    client = login(role)
+    if role == "staff":
+        assert url("queuedashboard_changelist") not in text(client.get(reverse("admin:index")))
+    response = client.get(url("queuedashboard_changelist"))
+    expected = {"anonymous": 302, "staff": 403}[role]
+    assert response.status_code == expected
+    if role == "anonymous":
+        assert response["Location"].startswith(reverse("admin:login"))
+    with pytest.raises(NoReverseMatch):  # the entry is a link, not a model to edit
+        url("queuedashboard_add")
 
 
 def test_the_app_index_links_the_dashboard(login: Any) -> None:
