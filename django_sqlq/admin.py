@@ -963,8 +963,8 @@ class FailedJobAdmin(JobAdmin):
 
 @admin.register(QueueDashboard)
 class QueueDashboardAdmin(JobModelAdmin):
-    """ "Queue dashboard" in the admin index, for whoever may see the dashboard (the view or
-    change permission on jobs); following it opens the dashboard."""
+    """Lists "Queue dashboard" in the admin index for whoever may see the dashboard (the view
+    or change permission on jobs); following it opens the dashboard."""
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
