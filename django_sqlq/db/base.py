@@ -50,8 +50,6 @@ class QueueOps:
 
     table = "sqlq_job"
     worker_table = "sqlq_worker"
-    # What a claim returns, in ClaimedJob's order. scheduled_at only orders the batch.
-    claim_columns = CLAIM_COLUMNS
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
@@ -87,8 +85,8 @@ class QueueOps:
         return column
 
     def raw_datetime(self, column: str) -> str:
-        """``column`` (a datetime) as the driver returns it without conversion, for rows
-        whose timestamps are converted once per distinct value, not once per row."""
+        """``column`` (a datetime) as the driver returns it unconverted: for values that are
+        only sorted, or converted once per distinct value rather than once per row."""
         return column
 
     def clock(self, now: datetime | None) -> Any:
@@ -131,6 +129,7 @@ class QueueOps:
             not_sql, not_params = self.in_list_sql("queue", exclude_queues)
             queue_sql += f"AND NOT {not_sql} "
             queue_params = [*queue_params, *not_params]
+        columns = CLAIM_COLUMNS.replace("scheduled_at", self.raw_datetime("scheduled_at"))
         sql = (
             f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
             f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
@@ -138,7 +137,7 @@ class QueueOps:
             f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'pending' "
             f"{queue_sql}AND scheduled_at <= {now_sql} "
             f"ORDER BY priority DESC, scheduled_at, id LIMIT %s{self.skip_locked()}) "
-            f"RETURNING {self.claim_columns}"
+            f"RETURNING {columns}"
         )
         params = [
             worker_id, clock, clock, clock, lease_seconds, clock,
@@ -147,7 +146,8 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        jobs = list(map(ClaimedJob._make, rows))  # the columns are in ClaimedJob's order
+        # The columns are in ClaimedJob's order; scheduled_at only orders the batch.
+        jobs = list(map(ClaimedJob._make, rows))
         jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
         return jobs
 

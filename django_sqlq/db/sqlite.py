@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_sqlq.db.base import CLAIM_COLUMNS, Finished, QueueOps
+from django_sqlq.db.base import Finished, QueueOps
 
 # %% because Django's SQLite cursor turns %s into ? and %% into %.
 _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'))"
@@ -73,12 +73,9 @@ def pragma(connection: BaseDatabaseWrapper, name: str) -> Any:
 
 
 class SQLiteOps(QueueOps):
-    # scheduled_at as its text (which sorts as the time does): Django's datetime converter
-    # would parse it for every claimed job only for the sort.
-    claim_columns = CLAIM_COLUMNS.replace("scheduled_at", "CAST(scheduled_at AS TEXT)")
-
     def raw_datetime(self, column: str) -> str:
-        # An expression has no declared type, so Django's "datetime" converter skips it.
+        # An expression has no declared type, so Django's "datetime" converter skips it; the
+        # text sorts as the time does.
         return f"CAST({column} AS TEXT)"
 
     def now_sql(self) -> str:
