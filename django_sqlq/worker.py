@@ -279,14 +279,18 @@ class Worker:
                         self.on_ready(self)
                     self._loop(burst=burst)
                 finally:
-                    # Claim nothing more; give back what was claimed and not started.
+                    # Claim nothing more; give back what was claimed and not started, wait
+                    # for the running jobs. Not after a second signal: it may have arrived
+                    # before this point (still in the loop), and waiting for the running
+                    # jobs is what it cancels; the except clause below does the rest.
                     self.stop_event.set()
-                    self._release_unstarted()
-                    for _ in runners:
-                        self._inbox.put(_STOP)
-                    for thread in runners:
-                        _join(thread)
-                    self._flush(force=True)
+                    if not self.forced:
+                        self._release_unstarted()
+                        for _ in runners:
+                            self._inbox.put(_STOP)
+                        for thread in runners:
+                            _join(thread)
+                        self._flush(force=True)
         except ForcedStop:
             forced = True
             self.forced = True  # from here on, database writes are tried once, not retried
@@ -931,6 +935,7 @@ def _signal_handlers(worker: Worker) -> Iterator[None]:
             # stop() sets (in Event.wait), and the lock is not reentrant: a deadlock.
             threading.Thread(target=worker.stop, name="sqlq-stop", daemon=True).start()
         else:
+            worker.forced = True  # before raising: see the finally clause in Worker.run
             raise ForcedStop()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -326,3 +326,48 @@ def test_takes_context_gets_the_attempt():
     run_burst(queues=["emails"])
     job.refresh_from_db()
     assert job.result == {"attempt": 1, "job_id": job.pk, "queue": "emails"}
+
+
+def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypatch):
+    """The second SIGTERM can arrive before the first has stopped the main loop (the stop is
+    set from a helper thread). It must still force the exit, not wait for the running job:
+    the worker once did, and hung for as long as the job ran."""
+    import os
+    import signal
+
+    from django_sqlq import registry
+
+    started, release = threading.Event(), threading.Event()
+
+    def hold(payload: object) -> None:
+        started.set()
+        release.wait(30)
+
+    registry.register(hold, "tests.hold_until_released")
+    try:
+        job = enqueue("tests.hold_until_released")
+        worker = Worker(lease_seconds=30)
+        # The first signal's stop never reaches the loop: the second one finds it running.
+        monkeypatch.setattr(worker, "stop", lambda: None)
+        received = []
+        monkeypatch.setattr(
+            "django_sqlq.worker.logger.info",
+            lambda msg, *args: received.append(msg) if "received" in msg else None,
+        )
+
+        def signal_twice() -> None:
+            wait_for(started.is_set, 10)
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait_for(lambda: received, 10)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=signal_twice, daemon=True).start()
+        worker.run()
+        running_when_stopped = not release.is_set() and started.is_set()
+        job.refresh_from_db()
+    finally:
+        release.set()
+        registry.unregister("tests.hold_until_released")
+    assert worker.forced and running_when_stopped
+    # Left to its lease, as after any forced stop; not completed by waiting for it.
+    assert (job.status, job.locked_by) == (JobStatus.PROCESSING, worker.worker_id)
