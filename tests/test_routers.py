@@ -6,21 +6,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.core.checks import run_checks
-from django.db import connections
 from django.test import override_settings
 
 from django_sqlq import enqueue
 from django_sqlq.models import Job, WorkerProcess
 from django_sqlq.routers import QueueRouter
 from django_sqlq.testing import run_jobs
-from tests.conftest import ROOT
+from tests.conftest import ROOT, pg_params
 
 pytestmark = pytest.mark.django_db(databases=["default", "other"])
 
@@ -36,7 +33,7 @@ def ids(messages) -> set[str]:
 
 
 @override_settings(SQLQ=ON_OTHER)
-def test_job_objects_reads_the_queue_database_without_a_router():
+def test_job_objects_reads_the_fresh_database_without_a_router():
     enqueue("tests.echo", {"n": 1})
     assert Job.objects.using("default").count() == 0
     job = Job.objects.get()
@@ -56,7 +53,7 @@ def test_job_objects_reads_the_default_database_by_default():
 
 
 @override_settings(SQLQ=ON_OTHER, DATABASE_ROUTERS=[ROUTER])
-def test_with_the_router_orm_writes_go_to_the_queue_database_too():
+def test_with_the_router_orm_writes_go_to_the_fresh_database_too():
     job = Job(type="tests.echo", payload={"n": 2})
     job.save()
     assert job._state.db == "other"
@@ -68,7 +65,7 @@ def test_with_the_router_orm_writes_go_to_the_queue_database_too():
 
 
 @override_settings(SQLQ=ON_OTHER)
-def test_router_sends_django_sqlq_to_the_queue_database_and_nothing_else_there():
+def test_router_sends_django_sqlq_to_the_fresh_database_and_nothing_else_there():
     from tests.testapp.models import Order
 
     router = QueueRouter()
@@ -93,7 +90,7 @@ def test_router_on_the_default_database_leaves_other_apps_alone():
 
 
 @override_settings(SQLQ=ON_OTHER, DATABASE_ROUTERS=[])
-def test_a_queue_database_without_a_router_is_e010():
+def test_a_fresh_database_without_a_router_is_e010():
     messages = run_checks()
     assert ids(messages) == {"django_sqlq.E010"}
     [error] = [m for m in messages if m.id == "django_sqlq.E010"]
@@ -135,26 +132,6 @@ def test_no_router_is_needed_for_the_default_database():
 # -- migrate --database queue, in a fresh database -----------------------------------------
 
 
-@pytest.fixture
-def queue_database(engine: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database for the "queue" alias of tests.settings_queue."""
-    if engine == "sqlite":
-        yield str(tmp_path / "queue.sqlite3")
-        return
-    import psycopg
-
-    name = f"test_sqlq_queue_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    params = connections["default"].get_connection_params()
-    params = {k: params[k] for k in ("host", "port", "user", "password") if k in params}
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield name
-    finally:
-        with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def tables(engine: str, database: str) -> set[str]:
     if engine == "sqlite":
         import sqlite3
@@ -166,9 +143,7 @@ def tables(engine: str, database: str) -> set[str]:
         return {name for (name,) in rows if not name.startswith("sqlite_")}
     import psycopg
 
-    params = connections["default"].get_connection_params()
-    params = {k: params[k] for k in ("host", "port", "user", "password") if k in params}
-    with psycopg.connect(dbname=database, **params) as db:
+    with psycopg.connect(dbname=database, **pg_params()) as db:
         rows = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
     return {name for (name,) in rows}
 
@@ -192,14 +167,14 @@ def manage(database: str, *args: str, router: bool = True) -> subprocess.Complet
     )
 
 
-def test_migrate_database_queue_creates_only_django_sqlqs_tables(engine, queue_database):
-    done = manage(queue_database, "migrate", "--database", "queue", "-v", "0")
+def test_migrate_database_queue_creates_only_django_sqlqs_tables(engine, fresh_database):
+    done = manage(fresh_database, "migrate", "--database", "queue", "-v", "0")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert tables(engine, queue_database) == {"django_migrations", "sqlq_job", "sqlq_worker"}
+    assert tables(engine, fresh_database) == {"django_migrations", "sqlq_job", "sqlq_worker"}
 
 
-def test_migrate_database_queue_without_a_router_stops_at_the_check(engine, queue_database):
-    done = manage(queue_database, "migrate", "--database", "queue", router=False)
+def test_migrate_database_queue_without_a_router_stops_at_the_check(engine, fresh_database):
+    done = manage(fresh_database, "migrate", "--database", "queue", router=False)
     assert done.returncode != 0
     assert "django_sqlq.E010" in done.stderr
-    assert tables(engine, queue_database) == set()
+    assert tables(engine, fresh_database) == set()
