@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,9 @@ from django.db import connections
 ROOT = Path(__file__).resolve().parent.parent
 
 # django_sqlq's pytest plugin (the ``sqlq`` fixtures). An installed package loads it through
-# its pytest11 entry point; an editable install made before the entry point existed does not.
-pytest_plugins = (
-    []
-    if any(ep.name == "django_sqlq" for ep in entry_points(group="pytest11"))
-    else ["django_sqlq.pytest_plugin"]
-)
+# its pytest11 entry point (named after the module, so this is then a no-op); an editable
+# install made before the entry point existed does not.
+pytest_plugins = ["django_sqlq.pytest_plugin"]
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
