@@ -342,3 +342,33 @@ class DjangoTestCaseTests(TestCase):
         assert_enqueued("tests.testing.confirm", payload={"order_id": order.pk})
         self.assertEqual(run_jobs().completed, 1)
         self.assertEqual(Job.objects.get().result, "confirmed desk")
+
+
+# -- Django's tasks framework ------------------------------------------------------------
+
+
+def test_run_jobs_runs_task_framework_tasks_and_sends_its_signals():
+    """@task functions enqueued through the backend are ordinary jobs: run_jobs() runs them in
+    the test's transaction, and the framework's result and signals follow."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    from tests.testapp import tasks
+
+    finished: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        finished.append(task_result.status)
+
+    compat.task_finished.connect(receiver, weak=False)
+    try:
+        result = tasks.add.enqueue(2, 3)
+        assert_enqueued(count=1)
+        assert run_jobs().completed == 1
+    finally:
+        compat.task_finished.disconnect(receiver)
+    result.refresh()
+    assert result.status == compat.TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert finished == [compat.TaskResultStatus.SUCCESSFUL]
