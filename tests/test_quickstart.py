@@ -75,7 +75,12 @@ def test_the_quickstart_runs_in_a_new_project(tmp_path, engine, fresh_database):
             (project / path).write_text(code)
 
     # What the test adds to the project: where mail goes, and the suite's database engine.
-    extra = ["EMAIL_BACKEND = 'django.core.mail.backends.locmem.EmailBackend'"]
+    settings = project / "mysite" / "settings.py"
+    locmem = "django.core.mail.backends.locmem.EmailBackend"
+    if "MAILERS" in settings.read_text():  # Django 6.1+
+        extra = [f"MAILERS = {{'default': {{'BACKEND': {locmem!r}}}}}"]
+    else:
+        extra = [f"EMAIL_BACKEND = {locmem!r}"]
     if engine == "sqlite":
         extra.append(f"DATABASES['default']['NAME'] = {fresh_database!r}")
     else:
@@ -88,7 +93,6 @@ def test_the_quickstart_runs_in_a_new_project(tmp_path, engine, fresh_database):
             f"'PORT': {str(params.get('port', ''))!r}, 'USER': {params.get('user', '')!r}, "
             f"'PASSWORD': {params.get('password', '')!r}}}}}"
         )
-    settings = project / "mysite" / "settings.py"
     settings.write_text(settings.read_text() + "\n" + "\n".join(extra) + "\n")
 
     run(project, "manage.py", "check", "--fail-level", "WARNING", env=env)

@@ -138,8 +138,11 @@ def tables(engine: str, database: str) -> set[str]:
 
         if not Path(database).exists():
             return set()
-        with sqlite3.connect(database) as db:
+        db = sqlite3.connect(database)
+        try:
             rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        finally:
+            db.close()
         return {name for (name,) in rows if not name.startswith("sqlite_")}
     import psycopg
 
