@@ -243,6 +243,18 @@ def _submit(
         transaction.on_commit(partial(_write, queue_alias, jobs, delay_seconds), using=caller)
 
 
+def _run_inline(queue_alias: str, jobs: list[Job], using: str | None) -> None:
+    """``SQLQ["TESTING"] = "inline"``: run the jobs just submitted, at once (or, when their
+    rows are written on the caller's commit, right after them)."""
+    from django_sqlq.testing import run_inline
+
+    if not jobs or jobs[0].pk is not None:
+        run_inline(jobs)
+    else:
+        caller = _caller_alias(queue_alias, using)
+        transaction.on_commit(partial(run_inline, jobs), using=caller)
+
+
 def submit_job(
     job: Job,
     *,
@@ -303,6 +315,8 @@ def enqueue(
     delay_seconds = fields.pop("_delay_seconds", None)
     job = _new_job(fields, payload, encoded)
     _submit(conf.DATABASE, [job], using, delay_seconds)
+    if conf.TESTING == "inline":
+        _run_inline(conf.DATABASE, [job], using)
     return job
 
 
@@ -345,4 +359,6 @@ def bulk_enqueue(
     jobs = [_new_job(fields, p, text) for p, text in zip(items, encoded, strict=True)]
     if jobs:
         _submit(conf.DATABASE, jobs, using, delay_seconds)
+        if conf.TESTING == "inline":
+            _run_inline(conf.DATABASE, jobs, using)
     return jobs

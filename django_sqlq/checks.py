@@ -5,6 +5,10 @@
 - E003: the queue database's engine is not supported.
 - E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
 - W001: the SQLite queue database is not in WAL mode.
+- E010: ``SQLQ["DATABASE"]`` is not ``"default"`` and no database router sends django_sqlq's
+  models there.
+- E011: ``SQLQ["DATABASE"]`` is not ``"default"`` and the routers do not migrate django_sqlq
+  there, and only there.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from django_sqlq.exceptions import ConfigurationError
 
@@ -60,7 +64,49 @@ def check_settings(
                 id="django_sqlq.E004",
             )
         )
+    messages.extend(_check_routing(conf.DATABASE))
     return messages
+
+
+ROUTER_HINT = (
+    "Add 'django_sqlq.routers.QueueRouter' to settings.DATABASE_ROUTERS (first), or make your "
+    "own router send the django_sqlq app to SQLQ['DATABASE'] for reads, writes and migrate."
+)
+
+
+def _check_routing(alias: str) -> list[CheckMessage]:
+    """A jobs table in another database than the default needs a router: without one, the
+    ORM writes jobs to the default database and ``migrate --database <alias>`` creates every
+    app's tables there (and django_sqlq's in the default database too)."""
+    if alias == DEFAULT_DB_ALIAS:
+        return []
+    from django_sqlq.models import Job
+
+    read, write = router.db_for_read(Job), router.db_for_write(Job)
+    if read != alias or write != alias:
+        return [
+            Error(
+                f"SQLQ['DATABASE'] is {alias!r}, but the database routers send django_sqlq's "
+                f"models to {read!r} (reads) and {write!r} (writes).",
+                hint=ROUTER_HINT,
+                id="django_sqlq.E010",
+            )
+        ]
+    wrong = [
+        db
+        for db in connections.settings
+        if bool(router.allow_migrate(db, "django_sqlq", model_name="job")) != (db == alias)
+    ]
+    if wrong:
+        return [
+            Error(
+                f"SQLQ['DATABASE'] is {alias!r}, but the database routers do not migrate "
+                f"django_sqlq there and only there (wrong for: {', '.join(wrong)}).",
+                hint=ROUTER_HINT,
+                id="django_sqlq.E011",
+            )
+        ]
+    return []
 
 
 @register(Tags.database)

@@ -33,7 +33,10 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     "MAX_PAYLOAD_BYTES": 10 * 1024 * 1024,
     "SQLITE_PRAGMAS": DEFAULT_SQLITE_PRAGMAS,
+    "TESTING": None,
 }
+
+TESTING_MODES = (None, "inline")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Settings:
     POLL_INTERVAL: float
     MAX_PAYLOAD_BYTES: int
     SQLITE_PRAGMAS: Mapping[str, str | int]
+    TESTING: str | None = None
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -128,6 +132,10 @@ def _read(user: Any) -> Settings:
     pragmas = merged["SQLITE_PRAGMAS"]
     if not isinstance(pragmas, Mapping):
         raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
+    if merged["TESTING"] not in TESTING_MODES:
+        raise ConfigurationError(
+            f"SQLQ['TESTING'] must be None or 'inline', got {merged['TESTING']!r}."
+        )
     return Settings(
         DATABASE=merged["DATABASE"],
         QUEUES=tuple(queues),
@@ -142,4 +150,5 @@ def _read(user: Any) -> Settings:
             "MAX_PAYLOAD_BYTES", merged["MAX_PAYLOAD_BYTES"], minimum=1, integer=True
         ),
         SQLITE_PRAGMAS=dict(pragmas),
+        TESTING=merged["TESTING"],
     )

@@ -57,6 +57,31 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.processing().filter(lease_expires_at__lt=now if now is not None else Now())
 
 
+def _queue_alias() -> str | None:
+    """``SQLQ["DATABASE"]``, or None while the setting is invalid (the checks report it)."""
+    from django_sqlq.conf import get_settings
+    from django_sqlq.exceptions import ConfigurationError
+
+    try:
+        return get_settings().DATABASE
+    except ConfigurationError:
+        return None
+
+
+class QueueDatabaseManager(models.Manager[Any]):
+    """A manager whose querysets use the queue database (``SQLQ["DATABASE"]``) unless told
+    otherwise with ``using()`` or ``db_manager()``: ``Job.objects`` reads the table the
+    workers and the admin use, with or without a database router."""
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        queryset = super().get_queryset()
+        if self._db is None:
+            alias = _queue_alias()
+            if alias is not None:
+                queryset = queryset.using(alias)
+        return queryset
+
+
 class Job(models.Model):
     """One background job. Only ``django_sqlq.lifecycle`` changes ``status``."""
 
@@ -87,7 +112,7 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
 
-    objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]
+    objects: ClassVar[JobQuerySet] = QueueDatabaseManager.from_queryset(JobQuerySet)()  # type: ignore[assignment]
 
     class Meta:
         db_table = "sqlq_job"
@@ -185,7 +210,9 @@ class WorkerProcess(models.Model):
     jobs_done = models.PositiveBigIntegerField(default=0)
     jobs_failed = models.PositiveBigIntegerField(default=0)
 
-    objects: ClassVar[WorkerProcessQuerySet] = WorkerProcessQuerySet.as_manager()  # type: ignore[assignment]
+    objects: ClassVar[WorkerProcessQuerySet] = QueueDatabaseManager.from_queryset(  # type: ignore[assignment]
+        WorkerProcessQuerySet
+    )()
 
     class Meta:
         db_table = "sqlq_worker"

@@ -14,6 +14,11 @@ from django.db import connections
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# django_sqlq's pytest plugin (the ``sqlq`` fixtures). An installed package loads it through
+# its pytest11 entry point (named after the module, so this is then a no-op); an editable
+# install made before the entry point existed does not.
+pytest_plugins = ["django_sqlq.pytest_plugin"]
+
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
@@ -107,3 +112,33 @@ def spawn_worker(
     yield spawn
     for worker in started:
         worker.stop()
+
+
+# -- a fresh, empty database (tests that run migrate in a subprocess) -----------------------
+
+
+def pg_params() -> dict[str, Any]:
+    """psycopg.connect() keywords for the test run's PostgreSQL server."""
+    params = connections["default"].get_connection_params()
+    return {k: params[k] for k in ("host", "port", "user", "password") if k in params}
+
+
+@pytest.fixture
+def fresh_database(engine: str, tmp_path: Path) -> Iterator[str]:
+    """A new, empty database on the suite's engine: a file path (SQLite) or a database name
+    (PostgreSQL, dropped afterwards)."""
+    if engine == "sqlite":
+        yield str(tmp_path / "fresh.sqlite3")
+        return
+    import uuid
+
+    import psycopg
+
+    name = f"test_sqlq_fresh_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **pg_params()) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True, **pg_params()) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,0 +1,391 @@
+"""Helpers for testing code that enqueues jobs.
+
+- :func:`assert_enqueued`, :func:`refute_enqueued`, :func:`enqueued_jobs`: look for waiting
+  jobs by type, payload (a subset), queue and count.
+- :func:`run_jobs` and :func:`run_job`: run due jobs (or one job) synchronously, in the
+  test's own thread, connection and transaction, with the real handlers and the real
+  lifecycle writes, so a plain ``TestCase`` (or ``@pytest.mark.django_db``) works.
+- :func:`inline`: ``SQLQ["TESTING"] = "inline"`` for a block or a test, so that ``enqueue()``
+  runs each job at once.
+
+The pytest plugin (``django_sqlq.pytest_plugin``, registered through the ``pytest11`` entry
+point) offers them as the ``sqlq`` fixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import F
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_sqlq import lifecycle, registry
+from django_sqlq.api import encode_json
+from django_sqlq.conf import get_settings
+from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.models import Job, JobQuerySet, JobStatus
+
+__all__ = [
+    "RunResult",
+    "assert_enqueued",
+    "enqueued_jobs",
+    "inline",
+    "refute_enqueued",
+    "run_job",
+    "run_jobs",
+]
+
+logger = logging.getLogger("django_sqlq.testing")
+
+# The worker id that run_jobs() claims jobs under (``locked_by``).
+TEST_WORKER_ID = "django_sqlq.testing"
+
+# The statuses of a job that waits to run ("enqueued"), and of one a worker may claim once
+# its time has come. One place to change when statuses are added (a status for jobs whose
+# time has not come belongs in both).
+ENQUEUED_STATUSES: tuple[str, ...] = (JobStatus.PENDING,)
+RUNNABLE_STATUSES: tuple[str, ...] = (JobStatus.PENDING,)
+
+Target = str | Callable[..., Any]
+
+CLOCK_SLACK = timedelta(milliseconds=1)
+
+
+def due(queryset: JobQuerySet, now: datetime | None) -> JobQuerySet:
+    """The jobs of ``queryset`` a worker would claim at ``now`` (``None``: whatever their
+    scheduled time), in the worker's claim order."""
+    runnable = queryset.filter(status__in=RUNNABLE_STATUSES)
+    if now is not None:
+        runnable = runnable.filter(scheduled_at__lte=now)
+    return runnable.order_by("-priority", "scheduled_at", "id")
+
+
+def _alias(using: str | None) -> str:
+    return using or get_settings().DATABASE
+
+
+def _type_name(target: Target) -> str:
+    return registry.type_name_for(target)
+
+
+def _matches(payload: Any, subset: Any) -> bool:
+    """``subset`` is a dict whose keys all appear in ``payload`` with equal values, or equals
+    ``payload``."""
+    if isinstance(subset, dict) and isinstance(payload, dict):
+        return all(key in payload and payload[key] == value for key, value in subset.items())
+    return bool(payload == subset)
+
+
+# -- assertions ---------------------------------------------------------------------------
+
+
+def enqueued_jobs(
+    target: Target | None = None,
+    *,
+    payload: Any = None,
+    queue: str | None = None,
+    using: str | None = None,
+) -> list[Job]:
+    """The jobs waiting to run (pending, whatever their scheduled time) that match: of type
+    ``target`` (a name, dotted path or the handler), whose payload contains ``payload``
+    (for a dict: these keys with these values; otherwise: equal), on ``queue``. Oldest
+    first."""
+    jobs = Job.objects.using(_alias(using)).filter(status__in=ENQUEUED_STATUSES)
+    if target is not None:
+        jobs = jobs.filter(type=_type_name(target))
+    if queue is not None:
+        jobs = jobs.filter(queue=queue)
+    found = list(jobs.order_by("id"))
+    if payload is not None:
+        found = [job for job in found if _matches(job.payload, payload)]
+    return found
+
+
+def _describe(target: Target | None, payload: Any, queue: str | None) -> str:
+    parts = [f"type={_type_name(target)!r}" if target is not None else "any type"]
+    if payload is not None:
+        parts.append(f"payload containing {payload!r}")
+    if queue is not None:
+        parts.append(f"queue={queue!r}")
+    return ", ".join(parts)
+
+
+def _listing(using: str | None) -> str:
+    waiting = enqueued_jobs(using=using)
+    if not waiting:
+        return "No job is enqueued."
+    lines = [
+        f"  #{job.pk} {job.type} queue={job.queue} payload={job.payload!r}" for job in waiting
+    ]
+    return f"Enqueued jobs ({len(waiting)}):\n" + "\n".join(lines)
+
+
+def assert_enqueued(
+    target: Target | None = None,
+    *,
+    payload: Any = None,
+    queue: str | None = None,
+    count: int | None = None,
+    using: str | None = None,
+) -> list[Job]:
+    """Fail unless a job matching (see :func:`enqueued_jobs`) is enqueued; exactly ``count``
+    of them if given. Returns the matching jobs."""
+    found = enqueued_jobs(target, payload=payload, queue=queue, using=using)
+    if (count is None and not found) or (count is not None and len(found) != count):
+        wanted = "at least one job" if count is None else f"{count} job(s)"
+        raise AssertionError(
+            f"Expected {wanted} with {_describe(target, payload, queue)}; found "
+            f"{len(found)}.\n{_listing(using)}"
+        )
+    return found
+
+
+def refute_enqueued(
+    target: Target | None = None,
+    *,
+    payload: Any = None,
+    queue: str | None = None,
+    using: str | None = None,
+) -> None:
+    """Fail if a job matching (see :func:`enqueued_jobs`) is enqueued."""
+    found = enqueued_jobs(target, payload=payload, queue=queue, using=using)
+    if found:
+        raise AssertionError(
+            f"Expected no job with {_describe(target, payload, queue)}; found "
+            f"{len(found)}.\n{_listing(using)}"
+        )
+
+
+# -- running jobs -------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_jobs` did: attempts that completed, failed with a retry to come, and
+    failed for good, and the ids of the jobs it ran, in order."""
+
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    job_ids: list[int] = field(default_factory=list)
+
+    @property
+    def ran(self) -> int:
+        return self.completed + self.retried + self.failed
+
+    def _add(self, job_id: int, status: str) -> None:
+        self.job_ids.append(job_id)
+        if status == JobStatus.COMPLETED:
+            self.completed += 1
+        elif status == JobStatus.FAILED:
+            self.failed += 1
+        else:
+            self.retried += 1
+
+
+def run_jobs(
+    queue: str | Sequence[str] | None = None,
+    *,
+    now: datetime | None = None,
+    with_scheduled: bool = False,
+    max_jobs: int | None = None,
+    raise_errors: bool = False,
+    using: str | None = None,
+) -> RunResult:
+    """Run due jobs one by one, in this thread and on this thread's connection (so inside
+    the test's transaction), until none is left: jobs the handlers enqueue run too.
+
+    ``queue``: a name or a list of names (default: every queue). ``now``: the time that
+    decides which jobs are due (default: ``timezone.now()``); ``with_scheduled=True`` runs
+    jobs scheduled for later too. ``max_jobs``: stop after that many attempts.
+    ``raise_errors=True``: after recording a failed attempt, raise the handler's exception.
+
+    Each job is claimed, run by its registered handler and its outcome written by the same
+    code the worker uses (completed, retried with backoff, or failed). A handler that raises
+    has its database writes rolled back (it runs in a savepoint), so the test's transaction
+    stays usable. Handlers' ``timeout`` is not enforced for synchronous handlers.
+    """
+    alias = _alias(using)
+    queues = [queue] if isinstance(queue, str) else list(queue) if queue is not None else None
+    result = RunResult()
+    while max_jobs is None or result.ran < max_jobs:
+        # SQLite keeps the queue's timestamps to the (rounded) millisecond: a retry due "now"
+        # may be stored up to half a millisecond ahead of the clock.
+        when = now or timezone.now() + CLOCK_SLACK
+        candidates = due(Job.objects.using(alias), None if with_scheduled else when)
+        if queues is not None:
+            candidates = candidates.filter(queue__in=queues)
+        job_id = candidates.values_list("id", flat=True).first()
+        if job_id is None:
+            break
+        status = _run(alias, job_id, now=now, raise_errors=raise_errors)
+        if status is not None:
+            result._add(job_id, status)
+    return result
+
+
+def run_job(
+    job: Job | int, *, now: datetime | None = None, raise_errors: bool = False
+) -> str | None:
+    """Run one waiting job now, whatever its scheduled time, as :func:`run_jobs` runs each.
+    Returns its new status (``"completed"``, ``"pending"`` for a retry to come, or
+    ``"failed"``), or None if it was not waiting to run. Refreshes ``job`` if given."""
+    alias = job._state.db if isinstance(job, Job) and job._state.db else _alias(None)
+    job_id = job.pk if isinstance(job, Job) else job
+    status = _run(alias, job_id, now=now, raise_errors=raise_errors)
+    if isinstance(job, Job) and status is not None:
+        job.refresh_from_db(using=alias)
+    return status
+
+
+def _claim(alias: str, job_id: int, now: datetime) -> ClaimedJob | None:
+    """pending -> processing for this one job, as the worker's claim does."""
+    lease = timedelta(seconds=get_settings().LEASE_SECONDS)
+    jobs = Job.objects.using(alias)
+    claimed = jobs.filter(pk=job_id, status__in=RUNNABLE_STATUSES).update(
+        status=JobStatus.PROCESSING,
+        attempts=F("attempts") + 1,
+        locked_by=TEST_WORKER_ID,
+        locked_at=now,
+        started_at=now,
+        lease_expires_at=now + lease,
+        updated_at=now,
+    )
+    if not claimed:
+        return None
+    row = jobs.values_list(
+        "id", "queue", "type", "payload", "attempts", "max_attempts", "timeout", "priority",
+        "scheduled_at",
+    ).get(pk=job_id)  # fmt: skip
+    return ClaimedJob._make(row)
+
+
+def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -> str | None:
+    registry.autodiscover()  # as the worker does: apps' jobs.py register their handlers
+    claimed = _claim(alias, job_id, now or timezone.now())
+    if claimed is None:
+        return None
+    context = registry.JobContext(
+        job_id=claimed.id,
+        type=claimed.type,
+        queue=claimed.queue,
+        attempt=claimed.attempts,
+        max_attempts=claimed.max_attempts,
+        worker_id=TEST_WORKER_ID,
+        database=alias,
+    )
+    handler: registry.Handler | None = None
+    error: BaseException | None = None
+    result: Any = None
+    try:
+        handler = registry.get(claimed.type)
+        if handler.on_start is not None:
+            _hook(handler.on_start, context)
+        with _savepoints():
+            result = _call(handler, claimed, context)
+        if result is not None:
+            encode_json(
+                result, what="handler's return value", limit=get_settings().MAX_PAYLOAD_BYTES
+            )
+    except Exception as exc:
+        error = exc
+    if error is None and handler is not None:
+        written = lifecycle.complete(
+            alias,
+            [Finished(claimed.id, claimed.attempts, result)],
+            worker_id=TEST_WORKER_ID,
+            now=now or timezone.now(),
+        )
+        status: str | None = JobStatus.COMPLETED if written else None
+        outcome: Any = result
+    else:
+        assert error is not None
+        info = lifecycle.ErrorInfo.from_exception(error)
+        retry = claimed.attempts < claimed.max_attempts
+        status = lifecycle.fail_or_retry(
+            alias,
+            claimed,
+            info,
+            worker_id=TEST_WORKER_ID,
+            retry_in=lifecycle.backoff_seconds(claimed.attempts) if retry else None,
+            now=now or timezone.now(),
+        )
+        outcome = info
+        logger.warning(
+            "Job id=%s type=%s attempt %d/%d failed (%s: %s): %s",
+            claimed.id,
+            claimed.type,
+            claimed.attempts,
+            claimed.max_attempts,
+            info.exception_class,
+            info.message,
+            status,
+        )
+    if handler is not None and handler.on_finish is not None and status is not None:
+        _hook(handler.on_finish, context, status, outcome)
+    if error is not None and raise_errors:
+        raise error
+    return status
+
+
+def _call(handler: registry.Handler, job: ClaimedJob, context: registry.JobContext) -> Any:
+    args: tuple[Any, ...] = (job.payload,)
+    if handler.takes_context:
+        args += (context,)
+    if not handler.is_async:
+        return handler.func(*args)
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+
+    async def call() -> Any:
+        coroutine = handler.func(*args)
+        if job.timeout is not None:
+            return await asyncio.wait_for(coroutine, job.timeout)
+        return await coroutine
+
+    # async_to_sync, not a new event loop: the handler's sync_to_async() calls then run in
+    # this thread, on the test's connection.
+    return async_to_sync(call)()
+
+
+@contextlib.contextmanager
+def _savepoints() -> Iterator[None]:
+    """A savepoint in every open transaction: what a handler that raises wrote is undone,
+    and the transactions (the test's) stay usable."""
+    with contextlib.ExitStack() as stack:
+        for alias in connections:
+            if alias in connections.settings and connections[alias].in_atomic_block:
+                stack.enter_context(transaction.atomic(using=alias))
+        yield
+
+
+def _hook(hook: Callable[..., None], *args: Any) -> None:
+    try:
+        hook(*args)
+    except Exception:
+        logger.exception("A handler hook raised")
+
+
+# -- inline mode --------------------------------------------------------------------------
+
+
+def inline() -> override_settings:
+    """``SQLQ["TESTING"] = "inline"``, as a decorator (of a test function or class) or a
+    context manager: ``enqueue()`` and ``bulk_enqueue()`` run each job at once."""
+    current = dict(getattr(settings, "SQLQ", {}) or {})
+    return override_settings(SQLQ={**current, "TESTING": "inline"})
+
+
+def run_inline(jobs: Iterable[Job]) -> None:
+    """Run jobs just written, once each (enqueue() calls this in inline mode)."""
+    for job in jobs:
+        run_job(job)

@@ -1,0 +1,55 @@
+"""The shop's tests, written the way an application tests code that enqueues: with
+django_sqlq.testing, in plain TestCases (no worker process, no real commits).
+
+    python example_project/manage.py test shop
+"""
+
+from io import StringIO
+
+from django.core.management import call_command
+from django.test import TestCase
+
+from django_sqlq import enqueue
+from django_sqlq.testing import assert_enqueued, inline, refute_enqueued, run_jobs
+from shop.models import Order
+
+ORDER = {"customer_email": "ada@example.com", "item": "Teapot", "quantity": 2}
+
+
+class OrderFormTests(TestCase):
+    def test_placing_an_order_enqueues_its_confirmation(self):
+        response = self.client.post("/", ORDER)
+        self.assertRedirects(response, "/")
+        order = Order.objects.get()
+        assert_enqueued("shop.send_order_confirmation", payload={"order_id": order.pk}, count=1)
+        self.assertIsNone(order.confirmation_sent_at)
+
+    def test_an_invalid_order_enqueues_nothing(self):
+        self.client.post("/", {**ORDER, "customer_email": "not an email"})
+        self.assertFalse(Order.objects.exists())
+        refute_enqueued("shop.send_order_confirmation")
+
+    def test_the_worker_sends_the_confirmation(self):
+        self.client.post("/", ORDER)
+        outcome = run_jobs()
+        self.assertEqual((outcome.completed, outcome.failed), (1, 0))
+        order = Order.objects.get()
+        self.assertIsNotNone(order.confirmation_sent_at)
+        refute_enqueued()
+
+    def test_a_confirmation_is_sent_once_even_if_the_job_runs_twice(self):
+        self.client.post("/", ORDER)
+        order = Order.objects.get()
+        run_jobs()
+        sent_at = Order.objects.get().confirmation_sent_at
+        # Delivery is at least once: a second run of the same job changes nothing.
+        enqueue("shop.send_order_confirmation", {"order_id": order.pk})
+        run_jobs()
+        self.assertEqual(Order.objects.get().confirmation_sent_at, sent_at)
+
+
+@inline()
+class InlineModeTests(TestCase):
+    def test_sample_orders_are_confirmed_at_once(self):
+        call_command("shop_sample_orders", 3, stdout=StringIO())
+        self.assertEqual(Order.objects.filter(confirmation_sent_at__isnull=False).count(), 3)
