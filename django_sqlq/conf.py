@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     "MAX_PAYLOAD_BYTES": 10 * 1024 * 1024,
     "SQLITE_PRAGMAS": DEFAULT_SQLITE_PRAGMAS,
+    "LISTEN_DATABASE": None,
 }
 
 
@@ -51,6 +52,7 @@ class Settings:
     POLL_INTERVAL: float
     MAX_PAYLOAD_BYTES: int
     SQLITE_PRAGMAS: Mapping[str, str | int]
+    LISTEN_DATABASE: str | None = None
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -125,6 +127,11 @@ def _read(user: Any) -> Settings:
             "SQLQ['RETRY_BACKOFF'] must be 'exponential' or a dotted path to "
             "f(attempts) -> seconds."
         )
+    listen = merged["LISTEN_DATABASE"]
+    if listen is not None and (not isinstance(listen, str) or not listen):
+        raise ConfigurationError(
+            "SQLQ['LISTEN_DATABASE'] must be None or a database alias (a string)."
+        )
     pragmas = merged["SQLITE_PRAGMAS"]
     if not isinstance(pragmas, Mapping):
         raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
@@ -142,4 +149,5 @@ def _read(user: Any) -> Settings:
             "MAX_PAYLOAD_BYTES", merged["MAX_PAYLOAD_BYTES"], minimum=1, integer=True
         ),
         SQLITE_PRAGMAS=dict(pragmas),
+        LISTEN_DATABASE=listen,
     )

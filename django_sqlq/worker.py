@@ -181,12 +181,27 @@ class _ChangeWatch:
         self.ops = ops_for(worker.database)
         self.interval = self.ops.change_check_interval(worker.poll_interval)
         self.last = self._version()
+        # SQLQ["LISTEN_DATABASE"]: LISTEN through another alias of the queue's database
+        # (a direct connection beside a transaction-mode pooler).
+        listen_alias = worker.conf.LISTEN_DATABASE
+        if worker.database != worker.conf.DATABASE:
+            listen_alias = None
         self.listener = self.ops.listen(
             queues=worker.queues,
             wake=self._notified,
             stop=worker.stop_event,
             logger=logger,
+            alias=listen_alias,
+            probe=self._probe,
         )
+
+    def _probe(self, token: str) -> None:
+        """Send a NOTIFY the way enqueues do: through the queue's database alias (called
+        from the LISTEN thread, on a connection of that thread's own)."""
+        try:
+            ops_for(self.worker.database).notify([token])
+        finally:
+            connections[self.worker.database].close()
 
     def _notified(self) -> None:
         self.flag.set()
