@@ -5,9 +5,9 @@
 - E003: the queue database's engine is not supported.
 - E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
 - W001: the SQLite queue database is not in WAL mode.
-- E010: ``SQLQ["LISTEN_DATABASE"]`` names no configured database.
-- E011: ``SQLQ["LISTEN_DATABASE"]`` is set but it or the queue database is not PostgreSQL.
-- E012: ``SQLQ["LISTEN_DATABASE"]`` reaches another database than ``SQLQ["DATABASE"]``.
+- E020: ``SQLQ["LISTEN_DATABASE"]`` names no configured database.
+- E021: ``SQLQ["LISTEN_DATABASE"]`` is set but it or the queue database is not PostgreSQL.
+- E022: ``SQLQ["LISTEN_DATABASE"]`` reaches another database than ``SQLQ["DATABASE"]``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _check_listen_alias(queue_alias: str, listen_alias: str | None) -> list[Chec
                 "settings.DATABASES.",
                 hint="Add an alias that connects to the queue's PostgreSQL database directly "
                 "(not through a transaction-mode pooler), or remove the setting.",
-                id="django_sqlq.E010",
+                id="django_sqlq.E020",
             )
         ]
     if vendor(queue_alias) != "postgresql" or vendor(listen_alias) != "postgresql":
@@ -89,7 +89,7 @@ def _check_listen_alias(queue_alias: str, listen_alias: str | None) -> list[Chec
                 f"a PostgreSQL alias; {queue_alias!r} uses {vendor(queue_alias)!r} and "
                 f"{listen_alias!r} uses {vendor(listen_alias)!r}.",
                 hint="Remove SQLQ['LISTEN_DATABASE'] (SQLite workers need no LISTEN).",
-                id="django_sqlq.E011",
+                id="django_sqlq.E021",
             )
         ]
     return []
@@ -136,7 +136,7 @@ def _check_same_database(queue_alias: str, listen_alias: str) -> list[CheckMessa
             f"queue's {queue_alias!r} ({identities[queue_alias][0]!r}): its workers would "
             "never hear an enqueue.",
             hint="Point the LISTEN alias at the same PostgreSQL database as SQLQ['DATABASE'].",
-            id="django_sqlq.E012",
+            id="django_sqlq.E022",
         )
     ]
 
