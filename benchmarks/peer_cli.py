@@ -7,8 +7,8 @@
     python peer_cli.py PEER DB latency --jobs 50
     python peer_cli.py PEER DB trace          # worker's SQL (Django peers)
 
-PEER: sqlq | sqlq-c8 | dtdb | djq2 | procrastinate | huey | baseline-b1 | baseline-b100 |
-baseline-b100e
+PEER: sqlq | sqlq-c8 | sqlq-v0 | sqlq-v2 | dtdb | djq2 | procrastinate | huey | baseline-b1 |
+baseline-b100 | baseline-b100e
 
 Started from the peer harness in shared/bench (peer_cli.py); django_sqlq added.
 """
@@ -26,6 +26,8 @@ import common
 PEERS = {
     "sqlq": ("peers.sqlq", {"concurrency": 1}),
     "sqlq-c8": ("peers.sqlq", {"concurrency": 8}),
+    "sqlq-v0": ("peers.sqlq", {"verbosity": 0}),
+    "sqlq-v2": ("peers.sqlq", {"verbosity": 2}),
     "dtdb": ("peers.dtdb", {}),
     "djq2": ("peers.djq2", {}),
     "procrastinate": ("peers.procrastinate", {}),

@@ -9,6 +9,9 @@
   models there.
 - E011: ``SQLQ["DATABASE"]`` is not ``"default"`` and the routers do not migrate django_sqlq
   there, and only there.
+- E020: ``SQLQ["LISTEN_DATABASE"]`` names no configured database.
+- E021: ``SQLQ["LISTEN_DATABASE"]`` is set but it or the queue database is not PostgreSQL.
+- E022: ``SQLQ["LISTEN_DATABASE"]`` reaches another database than ``SQLQ["DATABASE"]``.
 """
 
 from __future__ import annotations
@@ -65,7 +68,36 @@ def check_settings(
             )
         )
     messages.extend(_check_routing(conf.DATABASE))
+    messages.extend(_check_listen_alias(conf.DATABASE, conf.LISTEN_DATABASE))
     return messages
+
+
+def _check_listen_alias(queue_alias: str, listen_alias: str | None) -> list[CheckMessage]:
+    from django_sqlq.db import vendor
+
+    if listen_alias is None:
+        return []
+    if listen_alias not in connections.settings:
+        return [
+            Error(
+                f"SQLQ['LISTEN_DATABASE'] is {listen_alias!r}, which is not in "
+                "settings.DATABASES.",
+                hint="Add an alias that connects to the queue's PostgreSQL database directly "
+                "(not through a transaction-mode pooler), or remove the setting.",
+                id="django_sqlq.E020",
+            )
+        ]
+    if vendor(queue_alias) != "postgresql" or vendor(listen_alias) != "postgresql":
+        return [
+            Error(
+                "SQLQ['LISTEN_DATABASE'] only applies to a PostgreSQL queue database, through "
+                f"a PostgreSQL alias; {queue_alias!r} uses {vendor(queue_alias)!r} and "
+                f"{listen_alias!r} uses {vendor(listen_alias)!r}.",
+                hint="Remove SQLQ['LISTEN_DATABASE'] (SQLite workers need no LISTEN).",
+                id="django_sqlq.E021",
+            )
+        ]
+    return []
 
 
 ROUTER_HINT = (
@@ -126,7 +158,33 @@ def check_database(
         return []
     if vendor(conf.DATABASE) == "sqlite":
         return _check_wal(conf.DATABASE)
+    if conf.LISTEN_DATABASE is not None and not _check_listen_alias(
+        conf.DATABASE, conf.LISTEN_DATABASE
+    ):
+        return _check_same_database(conf.DATABASE, conf.LISTEN_DATABASE)
     return []
+
+
+def _check_same_database(queue_alias: str, listen_alias: str) -> list[CheckMessage]:
+    """The LISTEN alias must reach the queue's database: the same database name on the
+    same server (told apart by its start time), whatever pooler or address is between."""
+    from django_sqlq.db.postgresql import server_identity
+
+    identities = {
+        alias: server_identity(connections[alias]) for alias in (queue_alias, listen_alias)
+    }
+    if identities[queue_alias] == identities[listen_alias]:
+        return []
+    return [
+        Error(
+            f"SQLQ['LISTEN_DATABASE'] {listen_alias!r} reaches database "
+            f"{identities[listen_alias][0]!r} on another server or another database than the "
+            f"queue's {queue_alias!r} ({identities[queue_alias][0]!r}): its workers would "
+            "never hear an enqueue.",
+            hint="Point the LISTEN alias at the same PostgreSQL database as SQLQ['DATABASE'].",
+            id="django_sqlq.E022",
+        )
+    ]
 
 
 def _check_wal(alias: str) -> list[CheckMessage]:

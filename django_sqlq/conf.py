@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 10 * 1024 * 1024,
     "SQLITE_PRAGMAS": DEFAULT_SQLITE_PRAGMAS,
     "TESTING": None,
+    "LISTEN_DATABASE": None,
 }
 
 TESTING_MODES = (None, "inline")
@@ -55,6 +56,7 @@ class Settings:
     MAX_PAYLOAD_BYTES: int
     SQLITE_PRAGMAS: Mapping[str, str | int]
     TESTING: str | None = None
+    LISTEN_DATABASE: str | None = None
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -129,6 +131,11 @@ def _read(user: Any) -> Settings:
             "SQLQ['RETRY_BACKOFF'] must be 'exponential' or a dotted path to "
             "f(attempts) -> seconds."
         )
+    listen = merged["LISTEN_DATABASE"]
+    if listen is not None and (not isinstance(listen, str) or not listen):
+        raise ConfigurationError(
+            "SQLQ['LISTEN_DATABASE'] must be None or a database alias (a string)."
+        )
     pragmas = merged["SQLITE_PRAGMAS"]
     if not isinstance(pragmas, Mapping):
         raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
@@ -151,4 +158,5 @@ def _read(user: Any) -> Settings:
         ),
         SQLITE_PRAGMAS=dict(pragmas),
         TESTING=merged["TESTING"],
+        LISTEN_DATABASE=listen,
     )

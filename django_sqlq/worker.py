@@ -47,6 +47,9 @@ from django_sqlq.exceptions import JobTimeoutError, SQLQError
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 
 logger = logging.getLogger("django_sqlq.worker")
+# A line per job (started: DEBUG, finished: INFO). sqlq_worker shows them from -v 2; at the
+# default verbosity a summary line every SUMMARY_INTERVAL seconds stands in for them.
+job_logger = logging.getLogger("django_sqlq.worker.jobs")
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -60,6 +63,14 @@ FLUSH_INTERVAL = 0.01
 # Fast jobs are claimed ahead, up to MAX_PREFETCH or about PREFETCH_WINDOW seconds of work.
 MAX_PREFETCH = 200
 PREFETCH_WINDOW = 0.05
+# A claimed job waits at most PREFETCH_HOLD seconds for one of this worker's threads; then
+# it is given back to the queue (and other workers are woken), and this worker prefetches
+# nothing for PREFETCH_COOLDOWN seconds. So prefetch never keeps a job from another
+# worker's free thread for longer than that.
+PREFETCH_HOLD = 0.5
+PREFETCH_COOLDOWN = 5.0
+# While jobs are being finished, one summary line at most every SUMMARY_INTERVAL seconds.
+SUMMARY_INTERVAL = 5.0
 
 
 class WorkerError(SQLQError, RuntimeError):
@@ -76,15 +87,21 @@ def default_worker_id() -> str:
 
 class _Inbox:
     """Claimed jobs waiting for a runner thread: a deque under one condition, so that a
-    batch of claimed jobs is handed over with one notify (queue.Queue notifies per item)."""
+    batch of claimed jobs is handed over with one notify (queue.Queue notifies per item).
+    Each item carries the time it was put in, so that jobs waiting too long can be given
+    back (see PREFETCH_HOLD)."""
 
     def __init__(self) -> None:
-        self._items: deque[Any] = deque()
+        self._items: deque[tuple[float, Any]] = deque()
         self._ready = threading.Condition()
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     def put_many(self, items: Sequence[Any]) -> None:
+        now = time.monotonic()
         with self._ready:
-            self._items.extend(items)
+            self._items.extend((now, item) for item in items)
             self._ready.notify(len(items))
 
     def put(self, item: Any) -> None:
@@ -92,19 +109,41 @@ class _Inbox:
 
     def get(self) -> Any:
         try:
-            return self._items.popleft()  # atomic: no lock needed when there is work
+            return self._items.popleft()[1]  # atomic: no lock needed when there is work
         except IndexError:
             pass
         with self._ready:
             while not self._items:
                 self._ready.wait()
-            return self._items.popleft()
+            return self._items.popleft()[1]
 
     def get_nowait(self) -> Any:
         with self._ready:
             if not self._items:
                 raise queue_module.Empty
-            return self._items.popleft()
+            return self._items.popleft()[1]
+
+    def oldest(self) -> float | None:
+        """When the item that has waited longest was put in, or None if empty."""
+        try:
+            return self._items[0][0]
+        except IndexError:
+            return None
+
+    def take_older_than(self, cutoff: float) -> list[Any]:
+        """Remove and return the items put in before ``cutoff`` (the oldest come first)."""
+        taken: list[Any] = []
+        with self._ready:
+            while True:
+                try:
+                    item = self._items.popleft()  # a runner may take items meanwhile
+                except IndexError:
+                    break
+                if item[0] >= cutoff or item[1] is _STOP:
+                    self._items.appendleft(item)
+                    break
+                taken.append(item[1])
+        return taken
 
 
 _JSON_DECODE = json.JSONDecoder().decode
@@ -142,12 +181,27 @@ class _ChangeWatch:
         self.ops = ops_for(worker.database)
         self.interval = self.ops.change_check_interval(worker.poll_interval)
         self.last = self._version()
+        # SQLQ["LISTEN_DATABASE"]: LISTEN through another alias of the queue's database
+        # (a direct connection beside a transaction-mode pooler).
+        listen_alias = worker.conf.LISTEN_DATABASE
+        if worker.database != worker.conf.DATABASE:
+            listen_alias = None
         self.listener = self.ops.listen(
             queues=worker.queues,
             wake=self._notified,
             stop=worker.stop_event,
             logger=logger,
+            alias=listen_alias,
+            probe=self._probe,
         )
+
+    def _probe(self, token: str) -> None:
+        """Send a NOTIFY the way enqueues do: through the queue's database alias (called
+        from the LISTEN thread, on a connection of that thread's own)."""
+        try:
+            ops_for(self.worker.database).notify([token])
+        finally:
+            connections[self.worker.database].close()
 
     def _notified(self) -> None:
         self.flag.set()
@@ -228,8 +282,12 @@ class Worker:
         self._done_lock = threading.Lock()
         self._avg_runtime: float | None = None
         self._refill_at = 0  # see _claim_limit
+        self._no_prefetch_until = 0.0  # see _give_back_waiting
         self.jobs_done = 0
-        self.jobs_failed = 0
+        self.jobs_failed = 0  # failed attempts, retried or not
+        self.jobs_retried = 0  # failed attempts that will be retried
+        self._summary_at = 0.0
+        self._summary_counts = (0, 0, 0)
         self.jobs_claimed = 0
         self.forced = False
 
@@ -274,9 +332,11 @@ class Worker:
             with signals:
                 try:
                     self._reap()
-                    logger.info("Worker %s ready", self.worker_id)
+                    self._summary_at = time.monotonic()
                     if self.on_ready is not None:
-                        self.on_ready(self)
+                        self.on_ready(self)  # sqlq_worker prints the ready line itself
+                    else:
+                        logger.info("Worker %s ready", self.worker_id)
                     self._loop(burst=burst)
                 finally:
                     # Claim nothing more; give back what was claimed and not started, wait
@@ -362,6 +422,8 @@ class Worker:
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
             self._flush(force=False)
+            self._give_back_waiting()
+            self._summarise()
             if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
                 return
             self._wake.wait(self._wait_time(last_claim, changes))
@@ -369,7 +431,8 @@ class Worker:
 
     def _claim_limit(self) -> int:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast
-        (so that one statement claims many), refilled at half capacity."""
+        (so that one statement claims many), refilled at half capacity. A thread with no
+        job waiting for it always gets a claim, whatever runs on the other threads."""
         with self._busy_lock:
             in_hand = self._busy
         capacity = self.concurrency + self._prefetch()
@@ -377,8 +440,10 @@ class Worker:
         # next claim runs while they work through the rest.
         self._refill_at = capacity - (capacity + 1) // 2
         free = capacity - in_hand
-        if in_hand and free < (capacity + 1) // 2:
-            free = 0
+        waiting = len(self._inbox)
+        idle_threads = self.concurrency - (in_hand - waiting)
+        if in_hand and waiting >= idle_threads and free < (capacity + 1) // 2:
+            free = 0  # every free thread has a job waiting: refill later, in one batch
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.jobs_claimed)
         return max(free, 0)
@@ -386,14 +451,78 @@ class Worker:
     def _prefetch(self) -> int:
         """Extra jobs held ready beyond the running ones: about PREFETCH_WINDOW seconds of
         work at the recent pace, none while jobs take long (they would wait in line)."""
-        if self._avg_runtime is None:
+        if self._avg_runtime is None or time.monotonic() < self._no_prefetch_until:
             return 0
         return min(MAX_PREFETCH, int(PREFETCH_WINDOW / max(self._avg_runtime, 1e-4)))
 
+    def _give_back_waiting(self) -> None:
+        """Give back the claimed jobs that have waited PREFETCH_HOLD seconds for a thread
+        (its threads are held up by slower jobs than the prefetch expected), so that other
+        workers' free threads run them; and prefetch nothing for a while."""
+        oldest = self._inbox.oldest()
+        if oldest is None or time.monotonic() - oldest < PREFETCH_HOLD:
+            return
+        stale = self._inbox.take_older_than(time.monotonic() - PREFETCH_HOLD)
+        if not stale:
+            return
+        self._no_prefetch_until = time.monotonic() + PREFETCH_COOLDOWN
+        ids = [job.id for job in stale]
+        try:
+            self._with_retry(
+                "release",
+                lambda: lifecycle.release(
+                    self.database, ids, worker_id=self.worker_id, now=self.now()
+                ),
+            )
+            ops_for(self.database).notify(sorted({job.queue for job in stale}))
+        except DatabaseError:
+            # Not given back: run them here after all, once a thread is free.
+            logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
+            self._inbox.put_many(stale)
+            return
+        self._unhold(ids)
+        with self._busy_lock:
+            self._busy -= len(stale)
+        self.jobs_claimed -= len(stale)
+        logger.debug(
+            "Worker %s gave back %d job(s) that waited %.2fs for a thread",
+            self.worker_id,
+            len(stale),
+            PREFETCH_HOLD,
+        )
+
+    def _summarise(self) -> None:
+        """Every SUMMARY_INTERVAL seconds in which jobs were finished: one line of counts."""
+        now = time.monotonic()
+        elapsed = now - self._summary_at
+        if elapsed < SUMMARY_INTERVAL:
+            return
+        counts = (self.jobs_done, self.jobs_failed, self.jobs_retried)
+        done, failed, retried = (a - b for a, b in zip(counts, self._summary_counts, strict=True))
+        self._summary_at, self._summary_counts = now, counts
+        if done or failed:
+            logger.info(
+                "Worker %s: %d completed, %d failed, %d retried in %.1fs (%.1f jobs/s); "
+                "%d running",
+                self.worker_id,
+                done,
+                failed - retried,
+                retried,
+                elapsed,
+                (done + failed) / elapsed,
+                len(self._running),
+            )
+
     def _wait_time(self, last_claim: float, changes: _ChangeWatch) -> float:
-        wait = max(0.0, self.poll_interval - (time.monotonic() - last_claim))
+        now = time.monotonic()
+        wait = max(0.0, self.poll_interval - (now - last_claim))
         if self._done:
-            wait = min(wait, max(0.0, self._done_since + FLUSH_INTERVAL - time.monotonic()))
+            wait = min(wait, max(0.0, self._done_since + FLUSH_INTERVAL - now))
+        oldest = self._inbox.oldest()
+        if oldest is not None:
+            wait = min(wait, max(0.0, oldest + PREFETCH_HOLD - now))
+        if (self.jobs_done, self.jobs_failed) != self._summary_counts[:2]:
+            wait = min(wait, max(0.0, self._summary_at + SUMMARY_INTERVAL - now))
         return min(wait, changes.interval)
 
     def _flush(self, *, force: bool) -> None:
@@ -443,7 +572,7 @@ class Worker:
                 )
             return
         self._unhold(item.job.id for item in batch)
-        log = logger.isEnabledFor(logging.INFO)
+        log = job_logger.isEnabledFor(logging.INFO)
         for item in batch:
             job = item.job
             if job.id not in written:
@@ -451,7 +580,7 @@ class Worker:
                 continue
             self.jobs_done += 1
             if log:
-                logger.info(
+                job_logger.info(
                     "Job id=%s type=%s completed in %.3fs attempt=%d",
                     job.id,
                     job.type,
@@ -608,7 +737,7 @@ class Worker:
     def _process(self, job: ClaimedJob) -> None:
         self._running[job.id] = job
         started = time.monotonic()
-        logger.debug("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
+        job_logger.debug("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
         handler: registry.Handler | None = None
         try:
             if job.attempts > job.max_attempts:
@@ -664,6 +793,8 @@ class Worker:
             self._lost(job)
             return None
         self.jobs_failed += 1
+        if status != JobStatus.FAILED:
+            self.jobs_retried += 1
         if status == JobStatus.FAILED:
             logger.error(
                 "Job id=%s type=%s failed for good after attempt %d/%d: %s: %s",

@@ -113,3 +113,16 @@ DATABASE_ROUTERS = ["tests.routers.OtherDatabaseRouter"]
 # @task functions in tests/testapp/tasks.py run on django_sqlq. Without QUEUES the backend
 # follows SQLQ["QUEUES"].
 TASKS = {"default": {"BACKEND": "django_sqlq.backend.SQLQBackend"}}
+
+# tests/test_pooler.py: worker processes whose "default" alias goes through a PgBouncer
+# the test started (transaction mode), with a "direct" alias beside it, used for LISTEN
+# when SQLQ_TEST_LISTEN_DIRECT is set.
+if ENGINE == "postgresql" and os.environ.get("SQLQ_TEST_PGBOUNCER_PORT"):
+    DATABASES["direct"] = dict(DATABASES["default"])
+    DATABASES["default"] = {
+        **DATABASES["default"],
+        "PORT": os.environ["SQLQ_TEST_PGBOUNCER_PORT"],
+        "DISABLE_SERVER_SIDE_CURSORS": True,
+    }
+    if os.environ.get("SQLQ_TEST_LISTEN_DIRECT"):
+        SQLQ["LISTEN_DATABASE"] = "direct"

@@ -69,3 +69,31 @@ def test_new_sqlite_connections_get_the_pragmas(engine):
         cursor.execute("PRAGMA synchronous")
         assert cursor.fetchone()[0] == 1  # NORMAL
     assert connection.transaction_mode == "IMMEDIATE"
+
+
+@override_settings(SQLQ={"LISTEN_DATABASE": "nope"})
+def test_unknown_listen_alias_is_e010():
+    assert ids(run_checks()) == {"django_sqlq.E020"}
+
+
+@override_settings(SQLQ={"LISTEN_DATABASE": ""})
+def test_empty_listen_alias_is_e001():
+    assert ids(run_checks()) == {"django_sqlq.E001"}
+
+
+@override_settings(SQLQ={"LISTEN_DATABASE": "default"})
+def test_listen_alias_of_the_same_database_passes(engine):
+    expected = set() if engine == "postgresql" else {"django_sqlq.E021"}
+    assert ids(run_checks(databases=["default"])) == expected
+
+
+@override_settings(SQLQ={"LISTEN_DATABASE": "other"})
+def test_listen_alias_of_another_database_is_an_error(engine):
+    if engine == "sqlite":
+        # SQLite has no LISTEN: the setting itself is the mistake.
+        assert ids(run_checks()) == {"django_sqlq.E021"}
+    else:
+        # "other" is another PostgreSQL database: found when the checks query the databases.
+        assert ids(run_checks()) == set()
+        messages = run_checks(databases=["default", "other"])
+        assert ids(messages) == {"django_sqlq.E022"}

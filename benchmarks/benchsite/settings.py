@@ -47,6 +47,15 @@ else:
             "CONN_MAX_AGE": CONN_MAX_AGE,
         }
     }
+    if os.environ.get("BENCH_PGBOUNCER_PORT"):
+        # worker_shapes.py: everything through a PgBouncer in transaction mode, and a
+        # "direct" alias for BENCH_SQLQ_LISTEN_DATABASE='"direct"'.
+        DATABASES["direct"] = dict(DATABASES["default"])
+        DATABASES["default"] = {
+            **DATABASES["default"],
+            "PORT": os.environ["BENCH_PGBOUNCER_PORT"],
+            "DISABLE_SERVER_SIDE_CURSORS": True,
+        }
 
 if PEER.startswith("sqlq"):
     # django_sqlq at its defaults (POLL_INTERVAL, LEASE_SECONDS, SQLITE_PRAGMAS...), so the

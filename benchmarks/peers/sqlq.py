@@ -11,9 +11,10 @@ class Peer(DjangoPeer):
     has_bulk = True
     bulk_kind = "bulk_enqueue() (one INSERT ... SELECT per 5,000 jobs)"
 
-    def __init__(self, db, concurrency=1):
+    def __init__(self, db, concurrency=1, verbosity=None):
         super().__init__(db)
         self.concurrency = concurrency
+        self.verbosity = verbosity
 
     def _table(self):
         self.django()
@@ -68,6 +69,9 @@ class Peer(DjangoPeer):
         return count, float(span or 0.0)
 
     def worker_argvs(self, workers):
-        # -v 0: no INFO line per job. N processes of --concurrency C threads each.
-        argv = self.manage("sqlq_worker", "-v", "0", "--concurrency", str(self.concurrency))
+        # At the default verbosity, as users run it (worker_shapes.py compares it with -v 0).
+        # N processes of --concurrency C threads each.
+        argv = self.manage("sqlq_worker", "--concurrency", str(self.concurrency))
+        if self.verbosity is not None:
+            argv += ["-v", str(self.verbosity)]
         return [argv for _ in range(workers)]

@@ -420,9 +420,13 @@ class QueueOps:
         wake: Callable[[], None],
         stop: threading.Event,
         logger: logging.Logger,
+        alias: str | None = None,
+        probe: Callable[[str], None] | None = None,
     ) -> threading.Thread | None:
         """Start a thread that calls ``wake()`` when jobs for ``queues`` are committed, if
-        the engine can tell. Returns it, or None."""
+        the engine can tell. Returns it, or None. ``alias``: listen through this database
+        alias instead of this connection's. ``probe(token)``: called once listening; it
+        sends a notification with that payload, and the listener warns if it never hears it."""
         return None
 
     def explain_claim(self, queues: Sequence[str]) -> str:

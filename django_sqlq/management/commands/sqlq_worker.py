@@ -20,7 +20,16 @@ from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.worker import Worker, WorkerError
 
-VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+# -v: (level of the django_sqlq loggers, level of the per-job lines). At the default (1),
+# the worker logs its start, a summary line every few seconds while it works, warnings and
+# errors; a line per job (which would cost as much as the job itself when jobs are fast)
+# from -v 2, and each job's start and everything else from -v 3.
+VERBOSITY_LEVELS = {
+    0: (logging.ERROR, logging.ERROR),
+    1: (logging.INFO, logging.WARNING),
+    2: (logging.INFO, logging.INFO),
+    3: (logging.DEBUG, logging.DEBUG),
+}
 
 
 def positive_int(value: str) -> int:
@@ -340,13 +349,16 @@ class Command(BaseCommand):
             registry.add_resolver(resolve_task)
 
     def _announce_ready(self, worker: Worker) -> None:
-        # Printed at every verbosity: scripts and process managers wait for this line.
+        # Printed at every verbosity, and the only ready line (the Worker logs none when
+        # given on_ready): scripts and process managers wait for this line.
         self.stdout.write(f"sqlq_worker {worker.worker_id} ready")
         self.stdout.flush()
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_sqlq")
-        logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
+        level, job_level = VERBOSITY_LEVELS[min(max(verbosity, 0), 3)]
+        logger.setLevel(level)
+        logging.getLogger("django_sqlq.worker.jobs").setLevel(job_level)
         if not logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler(self.stdout)
             handler.setFormatter(
