@@ -44,6 +44,7 @@ from django_sqlq import registry
 # Without django.tasks or the backport, this import raises an ImportError saying what to
 # install.
 from django_sqlq.compat import (
+    DEFAULT_TASK_QUEUE_NAME,
     BaseTaskBackend,
     InvalidTask,
     InvalidTaskBackend,
@@ -60,7 +61,7 @@ from django_sqlq.compat import (
     task_started,
 )
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError, PayloadError
+from django_sqlq.exceptions import PayloadError
 
 if TYPE_CHECKING:
     from django_sqlq.models import Job
@@ -82,6 +83,9 @@ STATUSES: Final[Mapping[str, TaskResultStatus]] = {
 # The largest id a BigAutoField holds: anything larger is no id of ours.
 MAX_ID: Final = 2**63 - 1
 
+# Job.queue's max_length.
+MAX_QUEUE_LENGTH: Final = 100
+
 OPTION_DEFAULTS: Final[Mapping[str, Any]] = {
     # The framework has no retries: a task that raises is FAILED at once. More than 1 opts
     # in to django_sqlq's retries, with SQLQ["RETRY_BACKOFF"] between attempts.
@@ -92,9 +96,11 @@ OPTION_DEFAULTS: Final[Mapping[str, Any]] = {
 class SQLQBackend(BaseTaskBackend):
     """Runs tasks on django_sqlq: one ``Job`` row per enqueued task, run by ``sqlq_worker``.
 
-    ``QUEUES`` defaults to ``SQLQ["QUEUES"]`` (read at each validation, so one list to
-    maintain); each queue must be one that ``SQLQ["QUEUES"]`` serves. ``OPTIONS``:
-    ``MAX_ATTEMPTS`` (default 1).
+    ``QUEUES`` has Django's meaning: the queue names valid for this backend's tasks (default
+    ``["default"]``; an empty list allows any name), checked by the framework at ``using()``
+    and again at ``enqueue()``. It is independent of ``SQLQ["QUEUES"]``, which lists the
+    queues of plain ``enqueue()`` jobs; ``sqlq_worker --backend ALIAS`` serves these.
+    ``OPTIONS``: ``MAX_ATTEMPTS`` (default 1).
     """
 
     supports_defer = True
@@ -111,10 +117,17 @@ class SQLQBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        # Without QUEUES, the backend follows SQLQ["QUEUES"]; an empty set tells the
-        # framework's validate_task() not to check, and ours checks against SQLQ.
-        self.queue_names: tuple[str, ...] = tuple(dict.fromkeys(params.get("QUEUES") or ()))
-        self.queues = set(self.queue_names)
+        # As BaseTaskBackend sets self.queues (a set), in the settings' order: what
+        # `sqlq_worker --backend` serves. Empty: any queue name is valid.
+        self.queue_names: tuple[str, ...] = tuple(
+            dict.fromkeys(params.get("QUEUES", [DEFAULT_TASK_QUEUE_NAME]))
+        )
+        for name in self.queue_names:
+            if not isinstance(name, str) or not name or len(name) > MAX_QUEUE_LENGTH:
+                raise InvalidTaskBackend(
+                    f"TASKS[{alias!r}]['QUEUES'] holds {name!r}: queue names are strings of "
+                    f"1 to {MAX_QUEUE_LENGTH} characters."
+                )
         unknown = set(self.options) - set(OPTION_DEFAULTS)
         if unknown:
             raise InvalidTaskBackend(
@@ -136,9 +149,9 @@ class SQLQBackend(BaseTaskBackend):
         # the module path of a @task into a handler. Registering twice is a no-op.
         registry.add_resolver(resolve_task)
 
-    def served_queues(self) -> tuple[str, ...]:
-        """The queues this backend enqueues into: its ``QUEUES``, else ``SQLQ["QUEUES"]``."""
-        return self.queue_names or get_settings().QUEUES
+    def served_queues(self) -> tuple[str, ...] | None:
+        """The queues this backend's tasks may use: its ``QUEUES``; None when any is valid."""
+        return self.queue_names or None
 
     def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
@@ -147,11 +160,10 @@ class SQLQBackend(BaseTaskBackend):
                 f"The task's module path is {len(task.module_path)} characters; django_sqlq "
                 f"stores at most {registry.MAX_TYPE_LENGTH}."
             )
-        served = get_settings().QUEUES
-        if task.queue_name not in served:
+        if not task.queue_name or len(task.queue_name) > MAX_QUEUE_LENGTH:
             raise InvalidTask(
-                f"Queue {task.queue_name!r} is not served by django_sqlq: add it to "
-                f"SQLQ['QUEUES'] (now: {', '.join(served)})."
+                f"Queue {task.queue_name!r}: django_sqlq's queue names are 1 to "
+                f"{MAX_QUEUE_LENGTH} characters."
             )
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
@@ -232,24 +244,34 @@ class SQLQBackend(BaseTaskBackend):
                     id="django_sqlq.E101",
                 )
             )
-            return messages
-        try:
-            served = get_settings().QUEUES
-        except ConfigurationError:
-            return messages  # django_sqlq.E001 reports it
-        unserved = [name for name in self.queue_names if name not in served]
-        if unserved:
-            messages.append(
-                checks.Error(
-                    f"{where}['QUEUES'] names queue(s) that django_sqlq does not serve: "
-                    f"{', '.join(unserved)}.",
-                    hint=f"Add them to SQLQ['QUEUES'] (now: {', '.join(served)}), or drop "
-                    f"{where}['QUEUES'] to use SQLQ['QUEUES'] as it is.",
-                    obj=where,
-                    id="django_sqlq.E102",
-                )
-            )
         return messages
+
+
+def sqlq_backends() -> dict[str, SQLQBackend]:
+    """Every ``settings.TASKS`` alias whose backend is an SQLQBackend, by alias."""
+    from django.conf import settings
+
+    found: dict[str, SQLQBackend] = {}
+    for alias in getattr(settings, "TASKS", None) or {}:
+        try:
+            backend = task_backends[alias]
+        except Exception:  # noqa: S112 - another backend's broken settings are not ours
+            continue
+        if isinstance(backend, SQLQBackend):
+            found[alias] = backend
+    return found
+
+
+def task_queues() -> tuple[str, ...] | None:
+    """The queue names valid for tasks of any django_sqlq backend, in the settings' order;
+    None when one of them allows any name (an empty ``QUEUES``)."""
+    names: dict[str, None] = {}
+    for backend in sqlq_backends().values():
+        served = backend.served_queues()
+        if served is None:
+            return None
+        names.update(dict.fromkeys(served))
+    return tuple(names)
 
 
 # -- reading jobs back as results ----------------------------------------------------------

@@ -179,13 +179,7 @@ def test_unknown_or_malformed_ids_do_not_exist(tasks, backend):
 
 
 def test_validation_happens_again_at_enqueue(tasks, backend):
-    # The queue list changed since @task ran: in django_sqlq's settings...
-    with (
-        override_settings(SQLQ={**settings.SQLQ, "QUEUES": ["default"]}),
-        pytest.raises(compat.InvalidTask, match="SQLQ\\['QUEUES'\\]"),
-    ):
-        tasks.echo.enqueue()
-    # ... or in the backend's.
+    # The backend's QUEUES changed since @task ran: enqueue() checks again, as Django does.
     with (
         override_settings(TASKS={"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}),
         pytest.raises(compat.InvalidTask, match="emails"),
@@ -200,6 +194,40 @@ def test_validation_happens_again_at_enqueue(tasks, backend):
     assert not Job.objects.exists()
 
 
+def test_backend_queues_follow_djangos_semantics_not_sqlq_queues(tasks):
+    # SQLQ["QUEUES"] lists plain enqueue()'s queues; it has no say over tasks.
+    with override_settings(
+        SQLQ={**settings.SQLQ, "QUEUES": ["default"]},
+        TASKS={"default": {"BACKEND": "django_sqlq.backend.SQLQBackend", "QUEUES": ["emails"]}},
+    ):
+        result = tasks.echo.enqueue(1)  # "emails": a task queue only
+        assert Job.objects.get().queue == "emails"
+        from django_sqlq.backend import SQLQBackend
+
+        assert compat.task_backends["default"].check() == []  # no second list (no E102)
+        assert isinstance(compat.task_backends["default"], SQLQBackend)
+        # Validated at using(), as Django does.
+        with pytest.raises(compat.InvalidTask, match="nope"):
+            tasks.echo.using(queue_name="nope")
+        with pytest.raises(compat.InvalidTask, match="default"):
+            tasks.add.enqueue(1, 2)  # the task's queue, "default", is not in QUEUES
+        call_command("sqlq_worker", backend_name="default", batch=True, verbosity=0)
+        assert compat.task_backends["default"].get_result(result.id).status == "SUCCESSFUL"
+    # Without QUEUES: Django's default, ["default"] only.
+    with override_settings(TASKS={"default": {"BACKEND": "django_sqlq.backend.SQLQBackend"}}):
+        assert compat.task_backends["default"].queues == {"default"}
+        with pytest.raises(compat.InvalidTask, match="emails"):
+            tasks.echo.enqueue()
+        tasks.add.enqueue(1, 2)
+    # An empty list allows any name, and a worker for that backend serves every queue.
+    with override_settings(
+        TASKS={"default": {"BACKEND": "django_sqlq.backend.SQLQBackend", "QUEUES": []}}
+    ):
+        anywhere = tasks.add.using(queue_name="anything-at-all").enqueue(2, 2)
+        call_command("sqlq_worker", backend_name="default", batch=True, verbosity=0)
+        assert compat.task_backends["default"].get_result(anywhere.id).return_value == 4
+
+
 def test_backend_options_are_validated():
     if not compat.AVAILABLE:
         pytest.skip("no tasks framework")
@@ -210,14 +238,11 @@ def test_backend_options_are_validated():
             SQLQBackend("bad", {"OPTIONS": options})
 
 
-def test_check_reports_a_missing_app_and_unserved_queues(tasks, monkeypatch):
+def test_check_reports_a_missing_app(tasks, monkeypatch):
     from django_sqlq.backend import SQLQBackend
 
     assert SQLQBackend("ok", {}).check() == []
-    assert SQLQBackend("ok", {"QUEUES": ["emails"]}).check() == []
-    [error] = SQLQBackend("mine", {"QUEUES": ["default", "nope"]}).check()
-    assert error.id == "django_sqlq.E102"
-    assert "nope" in error.msg and "SQLQ['QUEUES']" in error.hint
+    assert SQLQBackend("ok", {"QUEUES": ["default", "not-in-sqlq-queues"]}).check() == []
     monkeypatch.setattr(apps, "is_installed", lambda name: name != "django_sqlq")
     [error] = SQLQBackend("mine", {}).check()
     assert error.id == "django_sqlq.E101"
@@ -381,6 +406,47 @@ def test_db_worker_queue_options_select_queues(tasks, backend, retrying, tmp_pat
         "sqlq_worker", "--backend", "retrying", "--max-tasks", "5", "--batch", verbosity=0
     )
     assert statuses([reports, more], backend) == ["SUCCESSFUL", "READY"]
+
+
+def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tmp_path):
+    # What code and tests written for db_worker pass to call_command, unchanged.
+    log = str(tmp_path / "ran")
+    results = [
+        tasks.record.using(queue_name=name).enqueue(log, n)
+        for n, name in enumerate(["default", "emails", "reports"] * 3)
+    ]
+    call_command(
+        "sqlq_worker",
+        batch=True,
+        interval=0,
+        startup_delay=False,
+        queue_name="*",
+        max_tasks=5,
+        worker_id="w1",
+        backend_name="default",
+        reload=False,
+        verbosity=0,
+    )
+    done = [backend.get_result(r.id) for r in results]
+    assert [r.status for r in done].count("SUCCESSFUL") == 5  # max_tasks
+    assert {tuple(r.worker_ids) for r in done if r.status == "SUCCESSFUL"} == {("w1",)}
+    # queue_name: db_worker's comma-separated string; startup_delay=True is accepted too.
+    call_command(
+        "sqlq_worker", batch=True, queue_name="emails,reports", startup_delay=True, verbosity=0
+    )
+    assert {r.task.queue_name for r in results if backend.get_result(r.id).status == "READY"} <= {
+        "default"
+    }
+    # Values passed by keyword are validated as on the command line.
+    for options, message in [
+        ({"interval": -1}, "--interval"),
+        ({"max_tasks": 0}, "--max-tasks"),
+        ({"queue_name": "nope"}, "Unknown queue"),
+        ({"backend_name": "nope"}, "--backend"),
+        ({"concurrency": "many"}, "--concurrency"),
+    ]:
+        with pytest.raises(CommandError, match=message):
+            call_command("sqlq_worker", batch=True, verbosity=0, **options)
 
 
 @pytest.mark.parametrize(
