@@ -434,8 +434,8 @@ class JobAdmin(JobModelAdmin):
     actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_jobs")
     change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
-        "id", "type", "queue", "status_display", "priority", "attempts_display", "timeout",
-        "payload_display", "result_display", "last_error_display", "errors_display",
+        "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
+        "timeout", "payload_display", "result_display", "last_error_display", "errors_display",
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
         "worker_display", "locked_at", "lease_expires_at",
     )  # fmt: skip
@@ -551,7 +551,8 @@ class JobAdmin(JobModelAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:
         job = (None, {"fields": (
-            "id", "type", "queue", "status_display", "priority", "attempts_display", "timeout",
+            "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
+            "timeout",
         )})  # fmt: skip
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})

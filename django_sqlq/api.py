@@ -213,15 +213,16 @@ def _new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
     values.update(_JOB_DEFAULTS)
     values["_state"] = ModelState()
     values["errors"] = []
+    values["uuid"] = None  # chosen by the database, with the id
     values.update(fields)
     values["payload"] = payload
     values["_sqlq_json"] = encoded
     return job
 
 
-def _saved(job: Job, row: tuple[int, Any, Any], alias: str) -> None:
+def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:
     """Fill in what the database chose, as if the ORM had saved the instance."""
-    job.pk, job.scheduled_at, job.created_at = row
+    job.pk, job.scheduled_at, job.created_at, job.uuid = row
     job.updated_at = job.created_at
     job._state.adding = False
     job._state.db = alias

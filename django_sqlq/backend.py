@@ -12,7 +12,7 @@ as a ``TaskResult``. How the two map:
 =================  ==================================================================
 TaskResult         Job
 =================  ==================================================================
-``id``             ``str(id)``
+``id``             ``str(uuid)``: random, so one result id tells nothing of others
 ``task``           ``type`` (the task's module path) imported, with ``priority``,
                    ``queue`` and, from the payload, ``run_after`` and the backend alias
 ``args/kwargs``    ``payload["args"]`` / ``payload["kwargs"]``, as ``normalize_json`` made them
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -79,9 +80,6 @@ STATUSES: Final[Mapping[str, TaskResultStatus]] = {
     "failed": TaskResultStatus.FAILED,
     "cancelled": TaskResultStatus.FAILED,
 }
-
-# The largest id a BigAutoField holds: anything larger is no id of ours.
-MAX_ID: Final = 2**63 - 1
 
 # Job.queue's max_length.
 MAX_QUEUE_LENGTH: Final = 100
@@ -215,7 +213,7 @@ class SQLQBackend(BaseTaskBackend):
             # created_at the INSERT returned, exactly what get_result() will read (the
             # database's clock, like every time in the jobs table; a time taken in Python
             # would disagree with the row, and SQLite's clock keeps only milliseconds).
-            object.__setattr__(result, "id", str(job.pk))
+            object.__setattr__(result, "id", str(job.uuid))
             object.__setattr__(result, "enqueued_at", job.created_at)
             task_enqueued.send(type(self), task_result=result)
 
@@ -225,9 +223,9 @@ class SQLQBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         from django_sqlq.models import Job
 
-        pk = _parse_id(result_id)
+        public_id = _parse_id(result_id)
         try:
-            job = Job.objects.using(get_settings().DATABASE).get(pk=pk)
+            job = Job.objects.using(get_settings().DATABASE).get(uuid=public_id)
         except Job.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
         return task_result_for(job)
@@ -277,16 +275,17 @@ def task_queues() -> tuple[str, ...] | None:
 # -- reading jobs back as results ----------------------------------------------------------
 
 
-def _parse_id(result_id: object) -> int:
-    """The job id in a result id; TaskResultDoesNotExist for anything we never handed out."""
-    if (
-        isinstance(result_id, str)
-        and result_id.isascii()
-        and result_id.isdigit()
-        and result_id == str(int(result_id))
-        and 0 < int(result_id) <= MAX_ID
-    ):
-        return int(result_id)
+def _parse_id(result_id: object) -> uuid.UUID:
+    """The job's UUID in a result id; TaskResultDoesNotExist for anything we never handed
+    out (ids are ``str(uuid)``: 36 characters, lower-case hex and dashes)."""
+    if isinstance(result_id, str) and len(result_id) == 36:
+        try:
+            parsed = uuid.UUID(result_id)
+        except ValueError:
+            pass
+        else:
+            if str(parsed) == result_id.lower():
+                return parsed
     raise TaskResultDoesNotExist(result_id)
 
 
@@ -370,7 +369,7 @@ def task_result_for(job: Job) -> TaskResult[Any, Any]:
     )
     result: TaskResult[Any, Any] = TaskResult(
         task=task,
-        id=str(job.pk),
+        id=str(job.uuid),
         status=STATUSES[job.status],
         enqueued_at=job.created_at,
         started_at=job.started_at,

@@ -403,7 +403,8 @@ def test_the_job_page_shows_everything_read_only(login: Any) -> None:
     WorkerProcess.objects.create(worker_id="host:1:abc", hostname="web-3", pid=4242)
     response = login("superuser").get(url("job_change", job.pk))
     page = text(response)
-    assert f"Job #{job.pk}: tests.echo" in page
+    assert f"Job #{job.pk}: tests.echo" in page  # the admin keeps numeric ids...
+    assert str(job.uuid) in page  # ... and shows the public one (the tasks' result id)
     assert "&quot;to&quot;: &quot;a@example.com&quot;" in page  # pretty JSON, escaped
     assert "  &quot;n&quot;: [\n    1,\n    2\n  ]," in page
     assert "&quot;sent&quot;: false" in page

@@ -11,6 +11,7 @@ import importlib
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from datetime import timezone as dt_timezone
@@ -112,7 +113,7 @@ def test_enqueue_writes_a_job_that_round_trips_through_get_result(tasks, backend
     assert backend.get_result(plain.id).task.run_after is None
     assert backend.get_result(result.id).task.run_after == run_after
 
-    job = Job.objects.get(pk=int(result.id))
+    job = Job.objects.get(uuid=result.id)
     assert job.type == "tests.testapp.tasks.echo"
     assert (job.queue, job.priority, job.max_attempts) == ("emails", -7, 1)
     assert job.status == JobStatus.PENDING
@@ -145,7 +146,7 @@ def test_aenqueue_and_aget_result_from_async_code(tasks, backend, sent):
 def test_a_rolled_back_transaction_leaves_no_task(tasks, backend):
     with pytest.raises(RuntimeError), transaction.atomic():
         result = tasks.add.enqueue(1, 1)
-        assert Job.objects.filter(pk=int(result.id)).exists()
+        assert Job.objects.filter(uuid=result.id).exists()
         raise RuntimeError("roll back")
     assert not Job.objects.exists()
     with pytest.raises(compat.TaskResultDoesNotExist):
@@ -162,16 +163,25 @@ def test_jobs_table_in_another_database_waits_for_the_callers_commit(tasks, back
             assert not Job.objects.using("other").exists()
             assert sent["enqueued"] == []
         job = Job.objects.using("other").get()
-        assert result.id == str(job.pk)
+        assert result.id == str(job.uuid)
         assert [r for _, r in sent["enqueued"]] == [result]
         assert backend.get_result(result.id) == result
 
 
-def test_unknown_or_malformed_ids_do_not_exist(tasks, backend):
+def test_result_ids_are_unguessable_uuids_and_nothing_else_is_found(tasks, backend):
     handler_job = enqueue("tests.noop")
+    first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
     echo = tasks.echo.enqueue()
-    for bad in ["0", "-1", "1.0", " 1", "007", "abc", "", "١٢", "9" * 30, "999999999",
-                str(handler_job.pk)]:  # fmt: skip
+    job = Job.objects.get(uuid=first.id)
+    # A UUID (what apps store in a UUIDField), random: not the job's id, nor a neighbour's.
+    assert str(uuid.UUID(first.id)) == first.id and uuid.UUID(first.id).version == 4
+    assert first.id != str(job.pk) and first.id[:8] != second.id[:8]
+    assert backend.get_result(first.id) == first
+    assert backend.get_result(first.id.upper()).id == first.id  # a UUID, in either case
+    for bad in [str(job.pk), "0", "-1", "1.0", " 1", "007", "abc", "", "١٢", "9" * 30,
+                "123", str(uuid.uuid4()), first.id.replace("-", ""), "{" + first.id + "}",
+                f"urn:uuid:{first.id}", first.id + " ", str(handler_job.pk),
+                str(handler_job.uuid)]:  # fmt: skip
         with pytest.raises(compat.TaskResultDoesNotExist):
             backend.get_result(bad)
     with pytest.raises(compat.TaskResultMismatch):
@@ -344,7 +354,7 @@ def test_takes_context_gets_the_running_result_and_attempt(tasks, backend):
 def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path):
     log = tmp_path / "attempts"
     result = tasks.flaky.using(backend="retrying").enqueue(str(log))
-    assert Job.objects.get(pk=int(result.id)).max_attempts == 3
+    assert Job.objects.get(uuid=result.id).max_attempts == 3
     worker = run_burst(queues=["reports"])
 
     done = retrying.get_result(result.id)
@@ -358,9 +368,9 @@ def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path)
 
 def test_statuses_map_onto_the_frameworks(tasks, backend):
     ready, running, cancelled = (tasks.add.enqueue(n, n) for n in range(3))
-    lifecycle.cancel([int(cancelled.id)])
+    lifecycle.cancel([Job.objects.get(uuid=cancelled.id).pk])
     claimed = lifecycle.claim("default", queues=None, worker_id="w1", limit=1, lease_seconds=30)
-    assert [str(job.id) for job in claimed] == [ready.id]  # oldest first
+    assert [job.id for job in claimed] == [Job.objects.get(uuid=ready.id).pk]  # oldest first
     assert backend.get_result(ready.id).status == compat.TaskResultStatus.RUNNING
     assert backend.get_result(ready.id).worker_ids == ["w1"]
     assert backend.get_result(running.id).status == compat.TaskResultStatus.READY
