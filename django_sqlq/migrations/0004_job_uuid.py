@@ -9,6 +9,8 @@ finished jobs first, and migrate while workers and enqueues are stopped.
 import uuid
 
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import StateApps
 
 # Frozen copies of django_sqlq.db's expressions: a migration must not change with the code.
 UUID4_SQL = {
@@ -21,7 +23,7 @@ UUID4_SQL = {
 }
 
 
-def fill_uuids(apps, schema_editor):
+def fill_uuids(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     connection = schema_editor.connection
     table = connection.ops.quote_name("sqlq_job")
     expression = UUID4_SQL.get(connection.vendor)
