@@ -34,11 +34,16 @@ def _framework() -> str | None:
 FRAMEWORK: str | None = _framework()
 AVAILABLE = FRAMEWORK is not None
 
+#: The logger of the framework's lifecycle lines ("Task id=... path=... state=RUNNING"):
+#: "django.tasks", or "django_tasks" for the backport.
+LOGGER_NAME: str = FRAMEWORK or "django.tasks"
+
 __all__ = [
     "AVAILABLE",
     "DEFAULT_TASK_QUEUE_NAME",
     "FRAMEWORK",
     "INSTALL_HINT",
+    "LOGGER_NAME",
     "BaseTaskBackend",
     "InvalidTask",
     "InvalidTaskBackend",

@@ -524,3 +524,25 @@ def test_two_workers_never_run_a_task_twice(tasks, backend, spawn_worker, tmp_pa
     assert ran == list(range(count))
     assert {backend.get_result(r.id).attempts for r in results[:: count // 10]} == {1}
     assert not Job.objects.exclude(status=JobStatus.COMPLETED).exists()
+
+
+def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, backend, spawn_worker):
+    ok, failing = tasks.add.enqueue(1, 2), tasks.fail.enqueue("boom")
+    outputs = {}
+    for verbosity in ("1", "2", "3"):
+        worker = spawn_worker("--batch", "--queue-name", "*", "-v", verbosity)
+        assert worker.wait() == 0, worker.output()
+        outputs[verbosity] = worker.output()
+        for result in (ok, failing):  # run again by the next worker
+            Job.objects.filter(uuid=result.id).update(status="pending", attempts=0)
+    for verbosity in ("2", "3"):
+        output = outputs[verbosity]
+        for result, path, final in [
+            (ok, "tests.testapp.tasks.add", "SUCCESSFUL"),
+            (failing, "tests.testapp.tasks.fail", "FAILED"),
+        ]:
+            assert f"Task id={result.id} path={path} state=RUNNING" in output, output
+            assert f"Task id={result.id} path={path} state={final}" in output, output
+    # The default verbosity leaves them to the project's LOGGING (none here, so at most
+    # Python's last-resort handler shows a FAILED line, logged as an error).
+    assert "state=RUNNING" not in outputs["1"] and "state=SUCCESSFUL" not in outputs["1"]

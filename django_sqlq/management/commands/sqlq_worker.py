@@ -333,6 +333,7 @@ class Command(BaseCommand):
                     "django_sqlq's tasks backends)."
                 )
         self._configure_logging(verbosity)
+        self._configure_task_logging(verbosity)
         self._serve_tasks()
         worker_kwargs: dict[str, Any] = {
             "queues": queues or None,
@@ -401,6 +402,23 @@ class Command(BaseCommand):
         # Printed at every verbosity: scripts and process managers wait for this line.
         self.stdout.write(f"sqlq_worker {worker.worker_id} ready")
         self.stdout.flush()
+
+    def _configure_task_logging(self, verbosity: int) -> None:
+        """At -v 2/-v 3, the tasks framework's own lifecycle lines (``Task id=... path=...
+        state=RUNNING/SUCCESSFUL/FAILED``), as db_worker prints them, so log-based monitoring
+        survives the switch. Below that, the project's LOGGING decides."""
+        from django_sqlq import compat
+
+        if verbosity < 2 or not compat.AVAILABLE:
+            return
+        logger = logging.getLogger(compat.LOGGER_NAME)
+        logger.setLevel(logging.INFO if verbosity == 2 else logging.DEBUG)
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(self.stdout)
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+            )
+            logger.addHandler(handler)
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_sqlq")
