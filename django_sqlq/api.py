@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections, transaction
 from django.db.models.base import ModelState
@@ -347,3 +348,64 @@ def bulk_enqueue(
     if jobs:
         _submit(conf.DATABASE, jobs, using, delay_seconds)
     return jobs
+
+
+async def aenqueue(
+    target: Target,
+    payload: Any = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    using: str | None = None,
+) -> Job:
+    """``enqueue()`` for async code (an ``async def`` view), as ``Task.aenqueue`` is.
+
+    It runs ``enqueue()`` through ``sync_to_async(thread_sensitive=True)``: in the thread
+    where the request's other synchronous database work runs, on the same connections. Django
+    has no transactions in async code, so outside ``sync_to_async`` there is no open
+    transaction and the job is committed before this returns. For "the job exists if and only
+    if my writes commit", put the writes and ``enqueue()`` in one synchronous function under
+    ``transaction.atomic()`` and await it through ``sync_to_async``.
+    """
+    return await sync_to_async(enqueue, thread_sensitive=True)(
+        target,
+        payload,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        using=using,
+    )
+
+
+async def abulk_enqueue(
+    target: Target,
+    payloads: Iterable[Any],
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    using: str | None = None,
+) -> list[Job]:
+    """``bulk_enqueue()`` for async code; the same guarantees as :func:`aenqueue`. The jobs
+    are written in one transaction: all of them, or (on any error) none."""
+    return await sync_to_async(bulk_enqueue, thread_sensitive=True)(
+        target,
+        list(payloads),
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        using=using,
+    )
