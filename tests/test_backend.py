@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -274,6 +275,43 @@ def test_compat_imports_cleanly_without_a_tasks_framework():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert "pip install 'django-sqlq[tasks]'" in out.stdout
+
+
+def test_compat_prefers_djangos_own_framework_and_falls_back_to_the_backport():
+    import django
+
+    if not compat.AVAILABLE:
+        pytest.skip("no tasks framework")
+    # Django 6+: django.tasks, even with the backport installed; Django 5.2: the backport.
+    framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    assert framework == compat.FRAMEWORK
+    assert compat.Task.__module__.startswith(framework + ".")
+    assert compat.BaseTaskBackend.__module__.startswith(framework + ".")
+    assert framework == compat.LOGGER_NAME
+    # Without django.tasks (Django 5.2), whatever the Python version: the backport if present.
+    code = (
+        "import sys\n"
+        "sys.modules['django.tasks'] = None\n"
+        "import django_sqlq.compat as compat\n"
+        "print(compat.FRAMEWORK)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    backport = importlib.util.find_spec("django_tasks") is not None
+    assert out.stdout.strip() == ("django_tasks" if backport else "None")
+
+
+def test_the_tasks_extra_installs_the_backport_on_every_python_version():
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["tasks"]
+    # Markers cannot name Django's version, and one on the Python version left Django 5.2 on
+    # Python 3.12+ without any tasks framework: none at all.
+    assert [req.split(";")[0].split(">=")[0].strip() for req in extra] == ["django-tasks"]
+    assert not any(";" in req for req in extra)
 
 
 # -- running tasks ---------------------------------------------------------------------------
