@@ -584,3 +584,25 @@ def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, backend, sp
     # The default verbosity leaves them to the project's LOGGING (none here, so at most
     # Python's last-resort handler shows a FAILED line, logged as an error).
     assert "state=RUNNING" not in outputs["1"] and "state=SUCCESSFUL" not in outputs["1"]
+
+
+def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_worker, tmp_path):
+    started, release = tmp_path / "started", tmp_path / "release"
+    result = tasks.wait_for_file.enqueue(str(started), str(release))
+    worker = spawn_worker("--queue-name", "default", "--worker-id", "w-forced", "-v", "2")
+    wait_for(started.exists)
+    worker.signal(signal.SIGINT)
+    wait_for(lambda: "SIGINT" in worker.output())
+    worker.signal(signal.SIGINT)
+    assert worker.wait() == 1, worker.output()
+    # One attempt (the framework's default): FAILED now, not when the lease runs out.
+    failed = backend.get_result(result.id)
+    assert failed.status == compat.TaskResultStatus.FAILED
+    assert failed.finished_at is not None and failed.worker_ids == ["w-forced"]
+    [error] = failed.errors
+    assert error.exception_class_path == "django_sqlq.exceptions.JobInterruptedError"
+    assert "interrupted by a forced stop of worker w-forced" in error.traceback
+    # task_finished was sent: the framework's FAILED line is in the worker's output.
+    assert f"Task id={result.id} path={tasks.wait_for_file.module_path} state=FAILED" in (
+        worker.output()
+    )
