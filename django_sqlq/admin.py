@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import math
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -424,7 +425,9 @@ class JobAdmin(JobModelAdmin):
     )  # fmt: skip
     list_filter = ("status", QueueFilter, TypeFilter, WhenFilter)
     search_fields = ("=id", "type")
-    search_help_text = _("A job id (42 or #42), or part of a job type.")
+    search_help_text = _(
+        "A job id (42 or #42), a task's result id (a UUID), or part of a job type."
+    )
     ordering = ("-id",)
     sortable_by = ("id",)
     list_per_page = 50
@@ -494,6 +497,11 @@ class JobAdmin(JobModelAdmin):
             return queryset, False
         if term.lstrip("#").isdigit():
             return queryset.filter(pk=int(term.lstrip("#"))), False
+        if len(term) in (32, 36):  # a UUID: a task's result id
+            try:
+                return queryset.filter(uuid=uuid.UUID(term)), False
+            except ValueError:
+                pass
         return queryset.filter(type__icontains=term), False
 
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:

@@ -328,11 +328,14 @@ class Worker:
             )
             try:
                 status = self._record_failure(job, error)
-            except Exception:
-                logger.exception(
-                    "Worker %s could not record the interrupted job id=%s: left to its lease",
+            except Exception as exc:  # the database is gone: the lease is the fallback
+                logger.warning(
+                    "Worker %s could not record the interrupted job id=%s (%s: %s): left to "
+                    "its lease",
                     self.worker_id,
                     job.id,
+                    type(exc).__name__,
+                    exc,
                 )
                 continue
             if status is None:

@@ -283,6 +283,14 @@ def test_search_by_id(login: Any, term: str) -> None:
     assert [j.pk for j in response.context["cl"].result_list] == [job.pk]
 
 
+@pytest.mark.parametrize("term", ["{uuid}", "{uuid.hex}", " {uuid} "])
+def test_search_by_uuid_finds_a_tasks_job_from_its_result_id(login: Any, term: str) -> None:
+    make_job()
+    job = make_job()
+    response = login("viewer").get(url("job_changelist"), {"q": term.format(uuid=job.uuid)})
+    assert [j.pk for j in response.context["cl"].result_list] == [job.pk]
+
+
 def test_filter_choices_come_from_settings_registry_and_newest_rows(login: Any) -> None:
     make_job(queue="legacy", type="old.module.task")
     response = login("viewer").get(url("job_changelist"))
