@@ -300,12 +300,15 @@ class Worker:
                 self._flush(force=True)  # finished jobs are not lost, if the database answers
             except DatabaseError:
                 logger.exception("Worker %s could not record finished jobs", self.worker_id)
-            self._record_interrupted()
         finally:
             self.stop_event.set()
             self._finished.set()
             if not forced:
                 heartbeat.join(timeout=5)
+            else:
+                # Out of the except clause: the tasks framework's task_finished logging
+                # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
+                self._record_interrupted()
             self._unregister()
             connections.close_all()
         logger.info(

@@ -602,7 +602,9 @@ def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_work
     [error] = failed.errors
     assert error.exception_class_path == "django_sqlq.exceptions.JobInterruptedError"
     assert "interrupted by a forced stop of worker w-forced" in error.traceback
-    # task_finished was sent: the framework's FAILED line is in the worker's output.
+    # task_finished was sent: the framework's FAILED line is in the worker's output, with no
+    # traceback of the worker's own forced stop attached.
     assert f"Task id={result.id} path={tasks.wait_for_file.module_path} state=FAILED" in (
         worker.output()
     )
+    assert "ForcedStop" not in worker.output()
