@@ -48,7 +48,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, lifecycle, registry
-from django_sqlq.conf import get_settings
+from django_sqlq.conf import configured_queues, get_settings
 from django_sqlq.models import FailedJob, Job, JobStatus, QueueDashboard, WorkerProcess
 
 if TYPE_CHECKING:
@@ -204,13 +204,14 @@ class _ChoicesFilter(admin.SimpleListFilter):
 
 
 class QueueFilter(_ChoicesFilter):
-    """Queues from ``SQLQ["QUEUES"]``, then any other queue among the newest jobs."""
+    """Queues from the settings (``SQLQ["QUEUES"]``, the tasks backends' ``QUEUES``), then any
+    other queue among the newest jobs."""
 
     title = _("queue")
     parameter_name = field_name = "queue"
 
     def candidates(self) -> list[str]:
-        configured = list(get_settings().QUEUES)
+        configured = list(configured_queues())
         seen = dashboard.recent_values(_queue_alias(), "queue")
         return configured + [q for q in seen if q not in configured]
 
@@ -896,7 +897,7 @@ class AllJobsAdmin(JobAdmin):
         request.current_app = self.admin_site.name
 
     def _live_context(self, request: HttpRequest) -> dict[str, Any]:
-        snap = dashboard.snapshot(_queue_alias(), configured=get_settings().QUEUES)
+        snap = dashboard.snapshot(_queue_alias(), configured=configured_queues())
         return {
             "snap": snap,
             "totals": snap.totals,

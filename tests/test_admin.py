@@ -11,7 +11,7 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -869,3 +869,21 @@ def test_throughput_caches_hours_that_are_over() -> None:
     flow = dashboard.throughput("default", now=now, cache=True)
     assert (flow.last_day.completed, flow.last_day.failed) == (1, 1)  # the old hour: cached
     assert dashboard.throughput("default", now=now).last_day.completed == 0  # no cache
+
+
+def test_task_queues_count_as_configured_on_the_dashboard_and_in_the_filter(login: Any) -> None:
+    tasks = {"default": {"BACKEND": "django_sqlq.backend.SQLQBackend", "QUEUES": ["mail"]}}
+    with override_settings(SQLQ={"QUEUES": ["default"]}, TASKS=tasks):
+        client = login("viewer")
+        response = client.get(url("job_changelist"))
+        choices = {
+            spec.title: [c["display"] for c in spec.choices(response.context["cl"])]
+            for spec in response.context["cl"].filter_specs
+        }["queue"]
+        assert choices[1:3] == ["default", "mail"]
+        make_job(queue="mail")
+        make_job(queue="elsewhere")
+        dashboard.clear_cache()
+        page = text(client.get(url("job_dashboard_live")))
+        assert "mail</strong> <span" not in page  # configured: no note
+        assert "elsewhere</strong> <span" in page
