@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import math
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, lifecycle, registry
-from django_sqlq.conf import get_settings
+from django_sqlq.conf import configured_queues, get_settings
 from django_sqlq.models import FailedJob, Job, JobStatus, QueueDashboard, WorkerProcess
 
 if TYPE_CHECKING:
@@ -203,13 +204,14 @@ class _ChoicesFilter(admin.SimpleListFilter):
 
 
 class QueueFilter(_ChoicesFilter):
-    """Queues from ``SQLQ["QUEUES"]``, then any other queue among the newest jobs."""
+    """Queues from the settings (``SQLQ["QUEUES"]``, the tasks backends' ``QUEUES``), then any
+    other queue among the newest jobs."""
 
     title = _("queue")
     parameter_name = field_name = "queue"
 
     def candidates(self) -> list[str]:
-        configured = list(get_settings().QUEUES)
+        configured = list(configured_queues())
         seen = dashboard.recent_values(_queue_alias(), "queue")
         return configured + [q for q in seen if q not in configured]
 
@@ -424,7 +426,9 @@ class JobAdmin(JobModelAdmin):
     )  # fmt: skip
     list_filter = ("status", QueueFilter, TypeFilter, WhenFilter)
     search_fields = ("=id", "type")
-    search_help_text = _("A job id (42 or #42), or part of a job type.")
+    search_help_text = _(
+        "A job id (42 or #42), a task's result id (a UUID), or part of a job type."
+    )
     ordering = ("-id",)
     sortable_by = ("id",)
     list_per_page = 50
@@ -434,8 +438,8 @@ class JobAdmin(JobModelAdmin):
     actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_jobs")
     change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
-        "id", "type", "queue", "status_display", "priority", "attempts_display", "timeout",
-        "payload_display", "result_display", "last_error_display", "errors_display",
+        "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
+        "timeout", "payload_display", "result_display", "last_error_display", "errors_display",
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
         "worker_display", "locked_at", "lease_expires_at",
     )  # fmt: skip
@@ -494,6 +498,11 @@ class JobAdmin(JobModelAdmin):
             return queryset, False
         if term.lstrip("#").isdigit():
             return queryset.filter(pk=int(term.lstrip("#"))), False
+        if len(term) in (32, 36):  # a UUID: a task's result id
+            try:
+                return queryset.filter(uuid=uuid.UUID(term)), False
+            except ValueError:
+                pass
         return queryset.filter(type__icontains=term), False
 
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
@@ -551,7 +560,8 @@ class JobAdmin(JobModelAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:
         job = (None, {"fields": (
-            "id", "type", "queue", "status_display", "priority", "attempts_display", "timeout",
+            "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
+            "timeout",
         )})  # fmt: skip
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
@@ -887,7 +897,7 @@ class AllJobsAdmin(JobAdmin):
         request.current_app = self.admin_site.name
 
     def _live_context(self, request: HttpRequest) -> dict[str, Any]:
-        snap = dashboard.snapshot(_queue_alias(), configured=get_settings().QUEUES)
+        snap = dashboard.snapshot(_queue_alias(), configured=configured_queues())
         return {
             "snap": snap,
             "totals": snap.totals,

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections, transaction
 from django.db.models.base import ModelState
@@ -213,15 +214,16 @@ def _new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
     values.update(_JOB_DEFAULTS)
     values["_state"] = ModelState()
     values["errors"] = []
+    values["uuid"] = None  # chosen by the database, with the id
     values.update(fields)
     values["payload"] = payload
     values["_sqlq_json"] = encoded
     return job
 
 
-def _saved(job: Job, row: tuple[int, Any, Any], alias: str) -> None:
+def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:
     """Fill in what the database chose, as if the ORM had saved the instance."""
-    job.pk, job.scheduled_at, job.created_at = row
+    job.pk, job.scheduled_at, job.created_at, job.uuid = row
     job.updated_at = job.created_at
     job._state.adding = False
     job._state.db = alias
@@ -362,3 +364,64 @@ def bulk_enqueue(
         if conf.TESTING == "inline":
             _run_inline(conf.DATABASE, jobs, using)
     return jobs
+
+
+async def aenqueue(
+    target: Target,
+    payload: Any = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    using: str | None = None,
+) -> Job:
+    """``enqueue()`` for async code (an ``async def`` view), as ``Task.aenqueue`` is.
+
+    It runs ``enqueue()`` through ``sync_to_async(thread_sensitive=True)``: in the thread
+    where the request's other synchronous database work runs, on the same connections. Django
+    has no transactions in async code, so outside ``sync_to_async`` there is no open
+    transaction and the job is committed before this returns. For "the job exists if and only
+    if my writes commit", put the writes and ``enqueue()`` in one synchronous function under
+    ``transaction.atomic()`` and await it through ``sync_to_async``.
+    """
+    return await sync_to_async(enqueue, thread_sensitive=True)(
+        target,
+        payload,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        using=using,
+    )
+
+
+async def abulk_enqueue(
+    target: Target,
+    payloads: Iterable[Any],
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    using: str | None = None,
+) -> list[Job]:
+    """``bulk_enqueue()`` for async code; the same guarantees as :func:`aenqueue`. The jobs
+    are written in one transaction: all of them, or (on any error) none."""
+    return await sync_to_async(bulk_enqueue, thread_sensitive=True)(
+        target,
+        list(payloads),
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        using=using,
+    )

@@ -12,7 +12,7 @@ as a ``TaskResult``. How the two map:
 =================  ==================================================================
 TaskResult         Job
 =================  ==================================================================
-``id``             ``str(id)``
+``id``             ``str(uuid)``: random, so one result id tells nothing of others
 ``task``           ``type`` (the task's module path) imported, with ``priority``,
                    ``queue`` and, from the payload, ``run_after`` and the backend alias
 ``args/kwargs``    ``payload["args"]`` / ``payload["kwargs"]``, as ``normalize_json`` made them
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -44,6 +45,7 @@ from django_sqlq import registry
 # Without django.tasks or the backport, this import raises an ImportError saying what to
 # install.
 from django_sqlq.compat import (
+    DEFAULT_TASK_QUEUE_NAME,
     BaseTaskBackend,
     InvalidTask,
     InvalidTaskBackend,
@@ -60,7 +62,7 @@ from django_sqlq.compat import (
     task_started,
 )
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError, PayloadError
+from django_sqlq.exceptions import PayloadError
 
 if TYPE_CHECKING:
     from django_sqlq.models import Job
@@ -79,8 +81,8 @@ STATUSES: Final[Mapping[str, TaskResultStatus]] = {
     "cancelled": TaskResultStatus.FAILED,
 }
 
-# The largest id a BigAutoField holds: anything larger is no id of ours.
-MAX_ID: Final = 2**63 - 1
+# Job.queue's max_length.
+MAX_QUEUE_LENGTH: Final = 100
 
 OPTION_DEFAULTS: Final[Mapping[str, Any]] = {
     # The framework has no retries: a task that raises is FAILED at once. More than 1 opts
@@ -92,9 +94,11 @@ OPTION_DEFAULTS: Final[Mapping[str, Any]] = {
 class SQLQBackend(BaseTaskBackend):
     """Runs tasks on django_sqlq: one ``Job`` row per enqueued task, run by ``sqlq_worker``.
 
-    ``QUEUES`` defaults to ``SQLQ["QUEUES"]`` (read at each validation, so one list to
-    maintain); each queue must be one that ``SQLQ["QUEUES"]`` serves. ``OPTIONS``:
-    ``MAX_ATTEMPTS`` (default 1).
+    ``QUEUES`` has Django's meaning: the queue names valid for this backend's tasks (default
+    ``["default"]``; an empty list allows any name), checked by the framework at ``using()``
+    and again at ``enqueue()``. It is independent of ``SQLQ["QUEUES"]``, which lists the
+    queues of plain ``enqueue()`` jobs; ``sqlq_worker --backend ALIAS`` serves these.
+    ``OPTIONS``: ``MAX_ATTEMPTS`` (default 1).
     """
 
     supports_defer = True
@@ -111,10 +115,17 @@ class SQLQBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        # Without QUEUES, the backend follows SQLQ["QUEUES"]; an empty set tells the
-        # framework's validate_task() not to check, and ours checks against SQLQ.
-        self.queue_names: tuple[str, ...] = tuple(dict.fromkeys(params.get("QUEUES") or ()))
-        self.queues = set(self.queue_names)
+        # As BaseTaskBackend sets self.queues (a set), in the settings' order: what
+        # `sqlq_worker --backend` serves. Empty: any queue name is valid.
+        self.queue_names: tuple[str, ...] = tuple(
+            dict.fromkeys(params.get("QUEUES", [DEFAULT_TASK_QUEUE_NAME]))
+        )
+        for name in self.queue_names:
+            if not isinstance(name, str) or not name or len(name) > MAX_QUEUE_LENGTH:
+                raise InvalidTaskBackend(
+                    f"TASKS[{alias!r}]['QUEUES'] holds {name!r}: queue names are strings of "
+                    f"1 to {MAX_QUEUE_LENGTH} characters."
+                )
         unknown = set(self.options) - set(OPTION_DEFAULTS)
         if unknown:
             raise InvalidTaskBackend(
@@ -136,9 +147,9 @@ class SQLQBackend(BaseTaskBackend):
         # the module path of a @task into a handler. Registering twice is a no-op.
         registry.add_resolver(resolve_task)
 
-    def served_queues(self) -> tuple[str, ...]:
-        """The queues this backend enqueues into: its ``QUEUES``, else ``SQLQ["QUEUES"]``."""
-        return self.queue_names or get_settings().QUEUES
+    def served_queues(self) -> tuple[str, ...] | None:
+        """The queues this backend's tasks may use: its ``QUEUES``; None when any is valid."""
+        return self.queue_names or None
 
     def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
@@ -147,11 +158,10 @@ class SQLQBackend(BaseTaskBackend):
                 f"The task's module path is {len(task.module_path)} characters; django_sqlq "
                 f"stores at most {registry.MAX_TYPE_LENGTH}."
             )
-        served = get_settings().QUEUES
-        if task.queue_name not in served:
+        if not task.queue_name or len(task.queue_name) > MAX_QUEUE_LENGTH:
             raise InvalidTask(
-                f"Queue {task.queue_name!r} is not served by django_sqlq: add it to "
-                f"SQLQ['QUEUES'] (now: {', '.join(served)})."
+                f"Queue {task.queue_name!r}: django_sqlq's queue names are 1 to "
+                f"{MAX_QUEUE_LENGTH} characters."
             )
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
@@ -203,7 +213,7 @@ class SQLQBackend(BaseTaskBackend):
             # created_at the INSERT returned, exactly what get_result() will read (the
             # database's clock, like every time in the jobs table; a time taken in Python
             # would disagree with the row, and SQLite's clock keeps only milliseconds).
-            object.__setattr__(result, "id", str(job.pk))
+            object.__setattr__(result, "id", str(job.uuid))
             object.__setattr__(result, "enqueued_at", job.created_at)
             task_enqueued.send(type(self), task_result=result)
 
@@ -213,9 +223,9 @@ class SQLQBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         from django_sqlq.models import Job
 
-        pk = _parse_id(result_id)
+        public_id = _parse_id(result_id)
         try:
-            job = Job.objects.using(get_settings().DATABASE).get(pk=pk)
+            job = Job.objects.using(get_settings().DATABASE).get(uuid=public_id)
         except Job.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
         return task_result_for(job)
@@ -232,39 +242,50 @@ class SQLQBackend(BaseTaskBackend):
                     id="django_sqlq.E101",
                 )
             )
-            return messages
-        try:
-            served = get_settings().QUEUES
-        except ConfigurationError:
-            return messages  # django_sqlq.E001 reports it
-        unserved = [name for name in self.queue_names if name not in served]
-        if unserved:
-            messages.append(
-                checks.Error(
-                    f"{where}['QUEUES'] names queue(s) that django_sqlq does not serve: "
-                    f"{', '.join(unserved)}.",
-                    hint=f"Add them to SQLQ['QUEUES'] (now: {', '.join(served)}), or drop "
-                    f"{where}['QUEUES'] to use SQLQ['QUEUES'] as it is.",
-                    obj=where,
-                    id="django_sqlq.E102",
-                )
-            )
         return messages
+
+
+def sqlq_backends() -> dict[str, SQLQBackend]:
+    """Every ``settings.TASKS`` alias whose backend is an SQLQBackend, by alias."""
+    from django.conf import settings
+
+    found: dict[str, SQLQBackend] = {}
+    for alias in getattr(settings, "TASKS", None) or {}:
+        try:
+            backend = task_backends[alias]
+        except Exception:  # noqa: S112 - another backend's broken settings are not ours
+            continue
+        if isinstance(backend, SQLQBackend):
+            found[alias] = backend
+    return found
+
+
+def task_queues() -> tuple[str, ...] | None:
+    """The queue names valid for tasks of any django_sqlq backend, in the settings' order;
+    None when one of them allows any name (an empty ``QUEUES``)."""
+    names: dict[str, None] = {}
+    for backend in sqlq_backends().values():
+        served = backend.served_queues()
+        if served is None:
+            return None
+        names.update(dict.fromkeys(served))
+    return tuple(names)
 
 
 # -- reading jobs back as results ----------------------------------------------------------
 
 
-def _parse_id(result_id: object) -> int:
-    """The job id in a result id; TaskResultDoesNotExist for anything we never handed out."""
-    if (
-        isinstance(result_id, str)
-        and result_id.isascii()
-        and result_id.isdigit()
-        and result_id == str(int(result_id))
-        and 0 < int(result_id) <= MAX_ID
-    ):
-        return int(result_id)
+def _parse_id(result_id: object) -> uuid.UUID:
+    """The job's UUID in a result id; TaskResultDoesNotExist for anything we never handed
+    out (ids are ``str(uuid)``: 36 characters, lower-case hex and dashes)."""
+    if isinstance(result_id, str) and len(result_id) == 36:
+        try:
+            parsed = uuid.UUID(result_id)
+        except ValueError:
+            pass
+        else:
+            if str(parsed) == result_id.lower():
+                return parsed
     raise TaskResultDoesNotExist(result_id)
 
 
@@ -348,7 +369,7 @@ def task_result_for(job: Job) -> TaskResult[Any, Any]:
     )
     result: TaskResult[Any, Any] = TaskResult(
         task=task,
-        id=str(job.pk),
+        id=str(job.uuid),
         status=STATUSES[job.status],
         enqueued_at=job.created_at,
         started_at=job.started_at,

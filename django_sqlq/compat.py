@@ -1,9 +1,11 @@
 """Django's tasks framework, wherever it comes from.
 
 Django 6.0+ ships it as ``django.tasks``; on Django 5.2 the ``django-tasks`` backport provides
-the same API as ``django_tasks`` (``pip install django-sqlq[tasks]``). This module picks one,
-and gives the rest of django_sqlq one set of names for both, so no other module branches on
-the Django version.
+the same API as ``django_tasks`` (``pip install django-sqlq[tasks]``, on any Python version).
+This module picks one, and gives the rest of django_sqlq one set of names for both, so no
+other module branches on the Django version. ``django.tasks`` wins whenever Django has it:
+the ``tasks`` extra installs the backport whatever the Django version (package markers cannot
+name it), and on Django 6+ the backport is then present but unused.
 
 Importing this module never fails: when neither framework is installed, ``AVAILABLE`` is
 False and asking for any framework name raises an ImportError that says what to install.
@@ -34,11 +36,16 @@ def _framework() -> str | None:
 FRAMEWORK: str | None = _framework()
 AVAILABLE = FRAMEWORK is not None
 
+#: The logger of the framework's lifecycle lines ("Task id=... path=... state=RUNNING"):
+#: "django.tasks", or "django_tasks" for the backport.
+LOGGER_NAME: str = FRAMEWORK or "django.tasks"
+
 __all__ = [
     "AVAILABLE",
     "DEFAULT_TASK_QUEUE_NAME",
     "FRAMEWORK",
     "INSTALL_HINT",
+    "LOGGER_NAME",
     "BaseTaskBackend",
     "InvalidTask",
     "InvalidTaskBackend",

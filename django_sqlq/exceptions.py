@@ -31,5 +31,9 @@ class JobTimeoutError(SQLQError, TimeoutError):
     """A job ran longer than its ``timeout``."""
 
 
+class JobInterruptedError(SQLQError, RuntimeError):
+    """The worker running the job was forced to stop (a second SIGTERM/SIGINT) mid-attempt."""
+
+
 class LeaseLostError(SQLQError, RuntimeError):
     """This worker no longer holds the job: another worker or an operator took it over."""

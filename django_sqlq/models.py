@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -86,6 +87,12 @@ class Job(models.Model):
     """One background job. Only ``django_sqlq.lifecycle`` changes ``status``."""
 
     id = models.BigAutoField(primary_key=True)
+    uuid = models.UUIDField(
+        default=uuid.uuid4,
+        unique=True,
+        editable=False,
+        help_text=_("The job's unguessable public id: the tasks backend's result id."),
+    )
     queue = models.CharField(max_length=100, default="default")
     type = models.CharField(max_length=255)
     payload = models.JSONField(default=dict, blank=True)

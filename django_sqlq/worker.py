@@ -12,8 +12,9 @@ Threads, each with its own database connection:
 
 Signal handlers only set an event. On stop the worker claims nothing more, lets running
 jobs finish, gives back jobs it claimed but did not start, and returns. A second signal
-gives back the unstarted jobs and exits at once; the leases of the interrupted jobs run
-out and any worker picks them up again.
+gives back the unstarted jobs, records each interrupted attempt as failed at once (retried
+or failed by its attempts, fenced like every outcome; a job whose outcome cannot be written
+is left to its lease), and exits.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, is_transient, ops_for
 from django_sqlq.db.base import ClaimedJob, Finished
-from django_sqlq.exceptions import JobTimeoutError, SQLQError
+from django_sqlq.exceptions import JobInterruptedError, JobTimeoutError, SQLQError
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -359,16 +360,15 @@ class Worker:
                 self._flush(force=True)  # finished jobs are not lost, if the database answers
             except DatabaseError:
                 logger.exception("Worker %s could not record finished jobs", self.worker_id)
-            logger.warning(
-                "Worker %s forced to stop: %d running job(s) left to lease expiry",
-                self.worker_id,
-                len(self._running),
-            )
         finally:
             self.stop_event.set()
             self._finished.set()
             if not forced:
                 heartbeat.join(timeout=5)
+            else:
+                # Out of the except clause: the tasks framework's task_finished logging
+                # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
+                self._record_interrupted()
             self._unregister()
             connections.close_all()
         logger.info(
@@ -378,6 +378,44 @@ class Worker:
             self.jobs_failed,
         )
         return self.jobs_done + self.jobs_failed
+
+    def _record_interrupted(self) -> None:
+        """After a forced stop: record each running job's attempt as failed at once (retried
+        or failed by its attempts), rather than leaving it to its lease. Fenced by worker
+        and attempt, like every outcome: a job this worker no longer holds is left alone."""
+        running = list(self._running.values())
+        recorded = 0
+        for job in running:
+            error = lifecycle.ErrorInfo.from_exception(
+                JobInterruptedError(f"interrupted by a forced stop of worker {self.worker_id}")
+            )
+            try:
+                status = self._record_failure(job, error)
+            except Exception as exc:  # the database is gone: the lease is the fallback
+                logger.warning(
+                    "Worker %s could not record the interrupted job id=%s (%s: %s): left to "
+                    "its lease",
+                    self.worker_id,
+                    job.id,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            if status is None:
+                continue
+            recorded += 1
+            try:
+                handler = registry.get(job.type)
+            except Exception:  # noqa: S112 - no handler: no hook to call
+                continue
+            self._hook(handler.on_finish, self._context(job), status, error)
+        logger.warning(
+            "Worker %s forced to stop: %d running job(s) interrupted, %d recorded at once%s",
+            self.worker_id,
+            len(running),
+            recorded,
+            "" if recorded == len(running) else " (the others are left to lease expiry)",
+        )
 
     # -- the main loop -----------------------------------------------------------------
 

@@ -110,9 +110,14 @@ LOGGING = {
 DATABASE_ROUTERS = ["tests.routers.OtherDatabaseRouter"]
 
 # Django's tasks framework (django.tasks on Django 6+, the django_tasks backport on 5.2):
-# @task functions in tests/testapp/tasks.py run on django_sqlq. Without QUEUES the backend
-# follows SQLQ["QUEUES"].
-TASKS = {"default": {"BACKEND": "django_sqlq.backend.SQLQBackend"}}
+# @task functions in tests/testapp/tasks.py run on django_sqlq. QUEUES has Django's meaning
+# (the queue names valid for tasks; default ["default"]), independent of SQLQ["QUEUES"].
+TASKS = {
+    "default": {
+        "BACKEND": "django_sqlq.backend.SQLQBackend",
+        "QUEUES": ["default", "emails", "reports"],
+    }
+}
 
 # tests/test_pooler.py: worker processes whose "default" alias goes through a PgBouncer
 # the test started (transaction mode), with a "direct" alias beside it, used for LISTEN

@@ -11,7 +11,7 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -283,6 +283,14 @@ def test_search_by_id(login: Any, term: str) -> None:
     assert [j.pk for j in response.context["cl"].result_list] == [job.pk]
 
 
+@pytest.mark.parametrize("term", ["{uuid}", "{uuid.hex}", " {uuid} "])
+def test_search_by_uuid_finds_a_tasks_job_from_its_result_id(login: Any, term: str) -> None:
+    make_job()
+    job = make_job()
+    response = login("viewer").get(url("job_changelist"), {"q": term.format(uuid=job.uuid)})
+    assert [j.pk for j in response.context["cl"].result_list] == [job.pk]
+
+
 def test_filter_choices_come_from_settings_registry_and_newest_rows(login: Any) -> None:
     make_job(queue="legacy", type="old.module.task")
     response = login("viewer").get(url("job_changelist"))
@@ -403,7 +411,8 @@ def test_the_job_page_shows_everything_read_only(login: Any) -> None:
     WorkerProcess.objects.create(worker_id="host:1:abc", hostname="web-3", pid=4242)
     response = login("superuser").get(url("job_change", job.pk))
     page = text(response)
-    assert f"Job #{job.pk}: tests.echo" in page
+    assert f"Job #{job.pk}: tests.echo" in page  # the admin keeps numeric ids...
+    assert str(job.uuid) in page  # ... and shows the public one (the tasks' result id)
     assert "&quot;to&quot;: &quot;a@example.com&quot;" in page  # pretty JSON, escaped
     assert "  &quot;n&quot;: [\n    1,\n    2\n  ]," in page
     assert "&quot;sent&quot;: false" in page
@@ -860,3 +869,21 @@ def test_throughput_caches_hours_that_are_over() -> None:
     flow = dashboard.throughput("default", now=now, cache=True)
     assert (flow.last_day.completed, flow.last_day.failed) == (1, 1)  # the old hour: cached
     assert dashboard.throughput("default", now=now).last_day.completed == 0  # no cache
+
+
+def test_task_queues_count_as_configured_on_the_dashboard_and_in_the_filter(login: Any) -> None:
+    tasks = {"default": {"BACKEND": "django_sqlq.backend.SQLQBackend", "QUEUES": ["mail"]}}
+    with override_settings(SQLQ={"QUEUES": ["default"]}, TASKS=tasks):
+        client = login("viewer")
+        response = client.get(url("job_changelist"))
+        choices = {
+            spec.title: [c["display"] for c in spec.choices(response.context["cl"])]
+            for spec in response.context["cl"].filter_specs
+        }["queue"]
+        assert choices[1:3] == ["default", "mail"]
+        make_job(queue="mail")
+        make_job(queue="elsewhere")
+        dashboard.clear_cache()
+        page = text(client.get(url("job_dashboard_live")))
+        assert "mail</strong> <span" not in page  # configured: no note
+        assert "elsewhere</strong> <span" in page

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from datetime import timezone as dt_timezone
@@ -112,7 +114,7 @@ def test_enqueue_writes_a_job_that_round_trips_through_get_result(tasks, backend
     assert backend.get_result(plain.id).task.run_after is None
     assert backend.get_result(result.id).task.run_after == run_after
 
-    job = Job.objects.get(pk=int(result.id))
+    job = Job.objects.get(uuid=result.id)
     assert job.type == "tests.testapp.tasks.echo"
     assert (job.queue, job.priority, job.max_attempts) == ("emails", -7, 1)
     assert job.status == JobStatus.PENDING
@@ -145,7 +147,7 @@ def test_aenqueue_and_aget_result_from_async_code(tasks, backend, sent):
 def test_a_rolled_back_transaction_leaves_no_task(tasks, backend):
     with pytest.raises(RuntimeError), transaction.atomic():
         result = tasks.add.enqueue(1, 1)
-        assert Job.objects.filter(pk=int(result.id)).exists()
+        assert Job.objects.filter(uuid=result.id).exists()
         raise RuntimeError("roll back")
     assert not Job.objects.exists()
     with pytest.raises(compat.TaskResultDoesNotExist):
@@ -162,16 +164,25 @@ def test_jobs_table_in_another_database_waits_for_the_callers_commit(tasks, back
             assert not Job.objects.using("other").exists()
             assert sent["enqueued"] == []
         job = Job.objects.using("other").get()
-        assert result.id == str(job.pk)
+        assert result.id == str(job.uuid)
         assert [r for _, r in sent["enqueued"]] == [result]
         assert backend.get_result(result.id) == result
 
 
-def test_unknown_or_malformed_ids_do_not_exist(tasks, backend):
+def test_result_ids_are_unguessable_uuids_and_nothing_else_is_found(tasks, backend):
     handler_job = enqueue("tests.noop")
+    first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
     echo = tasks.echo.enqueue()
-    for bad in ["0", "-1", "1.0", " 1", "007", "abc", "", "١٢", "9" * 30, "999999999",
-                str(handler_job.pk)]:  # fmt: skip
+    job = Job.objects.get(uuid=first.id)
+    # A UUID (what apps store in a UUIDField), random: not the job's id, nor a neighbour's.
+    assert str(uuid.UUID(first.id)) == first.id and uuid.UUID(first.id).version == 4
+    assert first.id != str(job.pk) and first.id[:8] != second.id[:8]
+    assert backend.get_result(first.id) == first
+    assert backend.get_result(first.id.upper()).id == first.id  # a UUID, in either case
+    for bad in [str(job.pk), "0", "-1", "1.0", " 1", "007", "abc", "", "١٢", "9" * 30,
+                "123", str(uuid.uuid4()), first.id.replace("-", ""), "{" + first.id + "}",
+                f"urn:uuid:{first.id}", first.id + " ", str(handler_job.pk),
+                str(handler_job.uuid)]:  # fmt: skip
         with pytest.raises(compat.TaskResultDoesNotExist):
             backend.get_result(bad)
     with pytest.raises(compat.TaskResultMismatch):
@@ -179,13 +190,7 @@ def test_unknown_or_malformed_ids_do_not_exist(tasks, backend):
 
 
 def test_validation_happens_again_at_enqueue(tasks, backend):
-    # The queue list changed since @task ran: in django_sqlq's settings...
-    with (
-        override_settings(SQLQ={**settings.SQLQ, "QUEUES": ["default"]}),
-        pytest.raises(compat.InvalidTask, match="SQLQ\\['QUEUES'\\]"),
-    ):
-        tasks.echo.enqueue()
-    # ... or in the backend's.
+    # The backend's QUEUES changed since @task ran: enqueue() checks again, as Django does.
     with (
         override_settings(TASKS={"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}),
         pytest.raises(compat.InvalidTask, match="emails"),
@@ -200,6 +205,40 @@ def test_validation_happens_again_at_enqueue(tasks, backend):
     assert not Job.objects.exists()
 
 
+def test_backend_queues_follow_djangos_semantics_not_sqlq_queues(tasks):
+    # SQLQ["QUEUES"] lists plain enqueue()'s queues; it has no say over tasks.
+    with override_settings(
+        SQLQ={**settings.SQLQ, "QUEUES": ["default"]},
+        TASKS={"default": {"BACKEND": "django_sqlq.backend.SQLQBackend", "QUEUES": ["emails"]}},
+    ):
+        result = tasks.echo.enqueue(1)  # "emails": a task queue only
+        assert Job.objects.get().queue == "emails"
+        from django_sqlq.backend import SQLQBackend
+
+        assert compat.task_backends["default"].check() == []  # no second list (no E102)
+        assert isinstance(compat.task_backends["default"], SQLQBackend)
+        # Validated at using(), as Django does.
+        with pytest.raises(compat.InvalidTask, match="nope"):
+            tasks.echo.using(queue_name="nope")
+        with pytest.raises(compat.InvalidTask, match="default"):
+            tasks.add.enqueue(1, 2)  # the task's queue, "default", is not in QUEUES
+        call_command("sqlq_worker", backend_name="default", batch=True, verbosity=0)
+        assert compat.task_backends["default"].get_result(result.id).status == "SUCCESSFUL"
+    # Without QUEUES: Django's default, ["default"] only.
+    with override_settings(TASKS={"default": {"BACKEND": "django_sqlq.backend.SQLQBackend"}}):
+        assert compat.task_backends["default"].queues == {"default"}
+        with pytest.raises(compat.InvalidTask, match="emails"):
+            tasks.echo.enqueue()
+        tasks.add.enqueue(1, 2)
+    # An empty list allows any name, and a worker for that backend serves every queue.
+    with override_settings(
+        TASKS={"default": {"BACKEND": "django_sqlq.backend.SQLQBackend", "QUEUES": []}}
+    ):
+        anywhere = tasks.add.using(queue_name="anything-at-all").enqueue(2, 2)
+        call_command("sqlq_worker", backend_name="default", batch=True, verbosity=0)
+        assert compat.task_backends["default"].get_result(anywhere.id).return_value == 4
+
+
 def test_backend_options_are_validated():
     if not compat.AVAILABLE:
         pytest.skip("no tasks framework")
@@ -210,14 +249,11 @@ def test_backend_options_are_validated():
             SQLQBackend("bad", {"OPTIONS": options})
 
 
-def test_check_reports_a_missing_app_and_unserved_queues(tasks, monkeypatch):
+def test_check_reports_a_missing_app(tasks, monkeypatch):
     from django_sqlq.backend import SQLQBackend
 
     assert SQLQBackend("ok", {}).check() == []
-    assert SQLQBackend("ok", {"QUEUES": ["emails"]}).check() == []
-    [error] = SQLQBackend("mine", {"QUEUES": ["default", "nope"]}).check()
-    assert error.id == "django_sqlq.E102"
-    assert "nope" in error.msg and "SQLQ['QUEUES']" in error.hint
+    assert SQLQBackend("ok", {"QUEUES": ["default", "not-in-sqlq-queues"]}).check() == []
     monkeypatch.setattr(apps, "is_installed", lambda name: name != "django_sqlq")
     [error] = SQLQBackend("mine", {}).check()
     assert error.id == "django_sqlq.E101"
@@ -239,6 +275,43 @@ def test_compat_imports_cleanly_without_a_tasks_framework():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert "pip install 'django-sqlq[tasks]'" in out.stdout
+
+
+def test_compat_prefers_djangos_own_framework_and_falls_back_to_the_backport():
+    import django
+
+    if not compat.AVAILABLE:
+        pytest.skip("no tasks framework")
+    # Django 6+: django.tasks, even with the backport installed; Django 5.2: the backport.
+    framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    assert framework == compat.FRAMEWORK
+    assert compat.Task.__module__.startswith(framework + ".")
+    assert compat.BaseTaskBackend.__module__.startswith(framework + ".")
+    assert framework == compat.LOGGER_NAME
+    # Without django.tasks (Django 5.2), whatever the Python version: the backport if present.
+    code = (
+        "import sys\n"
+        "sys.modules['django.tasks'] = None\n"
+        "import django_sqlq.compat as compat\n"
+        "print(compat.FRAMEWORK)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    backport = importlib.util.find_spec("django_tasks") is not None
+    assert out.stdout.strip() == ("django_tasks" if backport else "None")
+
+
+def test_the_tasks_extra_installs_the_backport_on_every_python_version():
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["tasks"]
+    # Markers cannot name Django's version, and one on the Python version left Django 5.2 on
+    # Python 3.12+ without any tasks framework: none at all.
+    assert [req.split(";")[0].split(">=")[0].strip() for req in extra] == ["django-tasks"]
+    assert not any(";" in req for req in extra)
 
 
 # -- running tasks ---------------------------------------------------------------------------
@@ -319,7 +392,7 @@ def test_takes_context_gets_the_running_result_and_attempt(tasks, backend):
 def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path):
     log = tmp_path / "attempts"
     result = tasks.flaky.using(backend="retrying").enqueue(str(log))
-    assert Job.objects.get(pk=int(result.id)).max_attempts == 3
+    assert Job.objects.get(uuid=result.id).max_attempts == 3
     worker = run_burst(queues=["reports"])
 
     done = retrying.get_result(result.id)
@@ -333,9 +406,9 @@ def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path)
 
 def test_statuses_map_onto_the_frameworks(tasks, backend):
     ready, running, cancelled = (tasks.add.enqueue(n, n) for n in range(3))
-    lifecycle.cancel([int(cancelled.id)])
+    lifecycle.cancel([Job.objects.get(uuid=cancelled.id).pk])
     claimed = lifecycle.claim("default", queues=None, worker_id="w1", limit=1, lease_seconds=30)
-    assert [str(job.id) for job in claimed] == [ready.id]  # oldest first
+    assert [job.id for job in claimed] == [Job.objects.get(uuid=ready.id).pk]  # oldest first
     assert backend.get_result(ready.id).status == compat.TaskResultStatus.RUNNING
     assert backend.get_result(ready.id).worker_ids == ["w1"]
     assert backend.get_result(running.id).status == compat.TaskResultStatus.READY
@@ -381,6 +454,47 @@ def test_db_worker_queue_options_select_queues(tasks, backend, retrying, tmp_pat
         "sqlq_worker", "--backend", "retrying", "--max-tasks", "5", "--batch", verbosity=0
     )
     assert statuses([reports, more], backend) == ["SUCCESSFUL", "READY"]
+
+
+def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tmp_path):
+    # What code and tests written for db_worker pass to call_command, unchanged.
+    log = str(tmp_path / "ran")
+    results = [
+        tasks.record.using(queue_name=name).enqueue(log, n)
+        for n, name in enumerate(["default", "emails", "reports"] * 3)
+    ]
+    call_command(
+        "sqlq_worker",
+        batch=True,
+        interval=0,
+        startup_delay=False,
+        queue_name="*",
+        max_tasks=5,
+        worker_id="w1",
+        backend_name="default",
+        reload=False,
+        verbosity=0,
+    )
+    done = [backend.get_result(r.id) for r in results]
+    assert [r.status for r in done].count("SUCCESSFUL") == 5  # max_tasks
+    assert {tuple(r.worker_ids) for r in done if r.status == "SUCCESSFUL"} == {("w1",)}
+    # queue_name: db_worker's comma-separated string; startup_delay=True is accepted too.
+    call_command(
+        "sqlq_worker", batch=True, queue_name="emails,reports", startup_delay=True, verbosity=0
+    )
+    assert {r.task.queue_name for r in results if backend.get_result(r.id).status == "READY"} <= {
+        "default"
+    }
+    # Values passed by keyword are validated as on the command line.
+    for options, message in [
+        ({"interval": -1}, "--interval"),
+        ({"max_tasks": 0}, "--max-tasks"),
+        ({"queue_name": "nope"}, "Unknown queue"),
+        ({"backend_name": "nope"}, "--backend"),
+        ({"concurrency": "many"}, "--concurrency"),
+    ]:
+        with pytest.raises(CommandError, match=message):
+            call_command("sqlq_worker", batch=True, verbosity=0, **options)
 
 
 @pytest.mark.parametrize(
@@ -448,3 +562,49 @@ def test_two_workers_never_run_a_task_twice(tasks, backend, spawn_worker, tmp_pa
     assert ran == list(range(count))
     assert {backend.get_result(r.id).attempts for r in results[:: count // 10]} == {1}
     assert not Job.objects.exclude(status=JobStatus.COMPLETED).exists()
+
+
+def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, backend, spawn_worker):
+    ok, failing = tasks.add.enqueue(1, 2), tasks.fail.enqueue("boom")
+    outputs = {}
+    for verbosity in ("1", "2", "3"):
+        worker = spawn_worker("--batch", "--queue-name", "*", "-v", verbosity)
+        assert worker.wait() == 0, worker.output()
+        outputs[verbosity] = worker.output()
+        for result in (ok, failing):  # run again by the next worker
+            Job.objects.filter(uuid=result.id).update(status="pending", attempts=0)
+    for verbosity in ("2", "3"):
+        output = outputs[verbosity]
+        for result, path, final in [
+            (ok, "tests.testapp.tasks.add", "SUCCESSFUL"),
+            (failing, "tests.testapp.tasks.fail", "FAILED"),
+        ]:
+            assert f"Task id={result.id} path={path} state=RUNNING" in output, output
+            assert f"Task id={result.id} path={path} state={final}" in output, output
+    # The default verbosity leaves them to the project's LOGGING (none here, so at most
+    # Python's last-resort handler shows a FAILED line, logged as an error).
+    assert "state=RUNNING" not in outputs["1"] and "state=SUCCESSFUL" not in outputs["1"]
+
+
+def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_worker, tmp_path):
+    started, release = tmp_path / "started", tmp_path / "release"
+    result = tasks.wait_for_file.enqueue(str(started), str(release))
+    worker = spawn_worker("--queue-name", "default", "--worker-id", "w-forced", "-v", "2")
+    wait_for(started.exists)
+    worker.signal(signal.SIGINT)
+    wait_for(lambda: "SIGINT" in worker.output())
+    worker.signal(signal.SIGINT)
+    assert worker.wait() == 1, worker.output()
+    # One attempt (the framework's default): FAILED now, not when the lease runs out.
+    failed = backend.get_result(result.id)
+    assert failed.status == compat.TaskResultStatus.FAILED
+    assert failed.finished_at is not None and failed.worker_ids == ["w-forced"]
+    [error] = failed.errors
+    assert error.exception_class_path == "django_sqlq.exceptions.JobInterruptedError"
+    assert "interrupted by a forced stop of worker w-forced" in error.traceback
+    # task_finished was sent: the framework's FAILED line is in the worker's output, with no
+    # traceback of the worker's own forced stop attached.
+    assert f"Task id={result.id} path={tasks.wait_for_file.module_path} state=FAILED" in (
+        worker.output()
+    )
+    assert "ForcedStop" not in worker.output()

@@ -369,5 +369,7 @@ def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypat
         release.set()
         registry.unregister("tests.hold_until_released")
     assert worker.forced and running_when_stopped
-    # Left to its lease, as after any forced stop; not completed by waiting for it.
-    assert (job.status, job.locked_by) == (JobStatus.PROCESSING, worker.worker_id)
+    # Its attempt recorded as interrupted, as after any forced stop; not completed by waiting
+    # for it (max_attempts 5: pending again).
+    assert (job.status, job.attempts, job.locked_by) == (JobStatus.PENDING, 1, "")
+    assert job.errors[-1]["exception_class"] == "django_sqlq.exceptions.JobInterruptedError"

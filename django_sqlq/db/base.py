@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -58,6 +59,12 @@ class QueueOps:
 
     def now_sql(self) -> str:
         """SQL for "now"; takes one parameter (the injected clock, or NULL)."""
+        raise NotImplementedError
+
+    def uuid_sql(self) -> str:
+        """SQL for a new random (version 4) UUID as the ``uuid`` column stores it; one per
+        row. It is each job's result id in the tasks backend: unguessable, so not derived
+        from the id."""
         raise NotImplementedError
 
     def later_sql(self) -> str:
@@ -183,9 +190,9 @@ class QueueOps:
 
     def insert_one(
         self, *, payload: str, fields: dict[str, Any], delay_seconds: float | None
-    ) -> tuple[int, Any, Any]:
+    ) -> tuple[int, Any, Any, uuid.UUID]:
         """Insert one job (and wake workers on commit, where the engine can). Returns
-        (id, scheduled_at, created_at)."""
+        (id, scheduled_at, created_at, uuid)."""
         scheduled = fields.get("scheduled_at")
         if scheduled is not None:
             scheduled_params: list[Any] = [
@@ -200,7 +207,7 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(self._insert_one_sql(scheduled is not None), params)
             row = cursor.fetchone()
-        return row[0], self.to_datetime(row[1]), self.to_datetime(row[2])
+        return row[0], self.to_datetime(row[1]), self.to_datetime(row[2]), self.to_uuid(row[3])
 
     _insert_one_cache: dict[tuple[type, bool], str] = {}
 
@@ -213,10 +220,10 @@ class QueueOps:
             sql = self.with_notify(
                 f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
                 f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, "
-                f"updated_at, locked_by) VALUES (%s, %s, {self.json_param_sql()}, 'pending', "
-                f"%s, 0, %s, {self.float_param_sql()}, '', {self.json_param_sql()}, "
-                f"{scheduled_sql}, {now_sql}, {now_sql}, '') "
-                f"RETURNING id, scheduled_at, created_at"
+                f"updated_at, locked_by, uuid) VALUES (%s, %s, {self.json_param_sql()}, "
+                f"'pending', %s, 0, %s, {self.float_param_sql()}, '', {self.json_param_sql()}, "
+                f"{scheduled_sql}, {now_sql}, {now_sql}, '', {self.uuid_sql()}) "
+                f"RETURNING id, scheduled_at, created_at, uuid"
             )
             self._insert_one_cache[key] = sql
         return sql
@@ -325,11 +332,11 @@ class QueueOps:
         payloads: Sequence[str],
         fields: dict[str, Any],
         delay_seconds: float | None,
-    ) -> list[tuple[int, Any, Any]]:
+    ) -> list[tuple[int, Any, Any, uuid.UUID]]:
         """Insert one job per JSON-encoded payload, all sharing ``fields``, in one statement.
 
         ``scheduled_at`` is ``fields["scheduled_at"]`` if given, else now (+ ``delay_seconds``)
-        by the database clock. Returns (id, scheduled_at, created_at) in payload order.
+        by the database clock. Returns (id, scheduled_at, created_at, uuid) in payload order.
         """
         source, payload_sql, order_sql, payloads_param = self.payloads_sql(payloads)
         now_sql, later_sql = self.now_sql(), self.later_sql()
@@ -345,11 +352,13 @@ class QueueOps:
         sql = (
             f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
             f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
-            f"locked_by) "
+            f"locked_by, uuid) "
             f"SELECT %s, %s, {payload_sql}, 'pending', %s, 0, %s, {self.float_param_sql()}, '', "
-            f"{self.json_param_sql()}, {scheduled_sql}, {now_sql}, {now_sql}, '' "
+            f"{self.json_param_sql()}, {scheduled_sql}, {now_sql}, {now_sql}, '', "
+            f"{self.uuid_sql()} "
             f"FROM {source} ORDER BY {order_sql} "
-            f"RETURNING id, {self.raw_datetime('scheduled_at')}, {self.raw_datetime('created_at')}"
+            f"RETURNING id, {self.raw_datetime('scheduled_at')}, "
+            f"{self.raw_datetime('created_at')}, uuid"
         )
         params = [
             fields["queue"], fields["type"], fields["priority"], fields["max_attempts"],
@@ -368,7 +377,11 @@ class QueueOps:
                 seen[value] = self.to_datetime(value)
             return seen[value]
 
-        return [(row[0], convert(row[1]), convert(row[2])) for row in rows]
+        return [(row[0], convert(row[1]), convert(row[2]), self.to_uuid(row[3])) for row in rows]
+
+    def to_uuid(self, value: Any) -> uuid.UUID:
+        """A uuid column read by raw SQL, as the ORM would return it."""
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
     def to_datetime(self, value: Any) -> Any:
         """A datetime column read by raw SQL, as the ORM would return it."""

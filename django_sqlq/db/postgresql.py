@@ -111,6 +111,9 @@ _LEASE_ERROR = (
 
 
 class PostgreSQLOps(QueueOps):
+    def uuid_sql(self) -> str:
+        return "gen_random_uuid()"  # built in since PostgreSQL 13: strong randomness
+
     def now_sql(self) -> str:
         return _NOW
 
@@ -166,7 +169,8 @@ class PostgreSQLOps(QueueOps):
         # notifications of one transaction into one, so one per row costs nothing extra.
         return (
             f"WITH inserted AS ({insert_sql}, queue) "
-            f"SELECT id, scheduled_at, created_at, pg_notify('{CHANNEL}', queue) FROM inserted"
+            f"SELECT id, scheduled_at, created_at, uuid, pg_notify('{CHANNEL}', queue) "
+            f"FROM inserted"
         )
 
     def listen(

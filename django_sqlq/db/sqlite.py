@@ -22,6 +22,15 @@ _LEASE_ERROR = (
     "'message', 'lease expired', 'traceback', ''))"
 )
 
+# A version 4 UUID as Django's UUIDField stores it on SQLite (32 lower-case hex digits):
+# randomblob() draws from SQLite's cryptographic PRNG, seeded from the OS; the version nibble
+# is 4 and the variant nibble one of 8, 9, a, b. Each call is evaluated per row.
+_UUID4 = (
+    "lower(hex(randomblob(6)) || '4' || substr(hex(randomblob(2)), 2) "
+    "|| substr('89ab', 1 + (random() & 3), 1) || substr(hex(randomblob(2)), 2) "
+    "|| hex(randomblob(6)))"
+)
+
 MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
 
 # An idle worker reads PRAGMA data_version this often (a few microseconds each time).
@@ -77,6 +86,9 @@ class SQLiteOps(QueueOps):
         # An expression has no declared type, so Django's "datetime" converter skips it; the
         # text sorts as the time does.
         return f"CAST({column} AS TEXT)"
+
+    def uuid_sql(self) -> str:
+        return _UUID4
 
     def now_sql(self) -> str:
         return _NOW

@@ -5,7 +5,8 @@
 - While it finishes its running jobs after SIGTERM, the worker keeps renewing their leases,
   so no other worker takes them over.
 - SIGTERM while idle: a prompt exit (the time is measured and reported, not asserted).
-- A second SIGTERM: a prompt exit (status 1) that leaves only what leases recover.
+- A second SIGTERM (or SIGINT): a prompt exit (status 1) that records each interrupted attempt
+  at once (retried or failed by its attempts), fenced: a job taken over meanwhile is left alone.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ def test_sigterm_while_idle_exits_promptly(spawn_worker, report):
     )
 
 
-def test_second_sigterm_exits_at_once_and_leaves_only_recoverable_state(
+def test_second_sigterm_exits_at_once_and_records_the_interrupted_attempt(
     tmp_path, spawn_worker, report
 ):
-    env = {"SQLQ_TEST_LEASE_SECONDS": "2"}
+    # A long lease: what the test sees happens at the forced stop, not when a lease runs out.
+    env = {"SQLQ_TEST_LEASE_SECONDS": "60"}
     job = block(1, tmp_path, max_attempts=3)
     queued = enqueue("faults.record", {"n": 2, "path": str(tmp_path / "ran")})
     worker = spawn_worker("--worker-id", "forced", env=env)
@@ -141,24 +143,64 @@ def test_second_sigterm_exits_at_once_and_leaves_only_recoverable_state(
     worker.signal(signal.SIGTERM)
     code, forced_exit = seconds_to_exit(worker, signalled)
     assert code == 1, worker.output()
-    assert "forced to stop: 1 running job(s) left to lease expiry" in worker.output()
+    assert "forced to stop: 1 running job(s) interrupted, 1 recorded at once" in worker.output()
     assert "Traceback" not in worker.output()
-    # Left behind: the interrupted job, still leased to the dead worker; nothing else.
+    # The interrupted attempt is recorded at once, with attempts left: pending again (the
+    # test settings' backoff is 0), its error saying what happened.
     job.refresh_from_db()
-    assert (job.status, job.locked_by) == (JobStatus.PROCESSING, "forced")
+    assert (job.status, job.attempts, job.locked_by) == (JobStatus.PENDING, 1, "")
+    assert job.lease_expires_at is None
+    [entry] = job.errors
+    assert entry["exception_class"] == "django_sqlq.exceptions.JobInterruptedError"
+    assert entry["message"] == "interrupted by a forced stop of worker forced"
+    assert (entry["attempt"], entry["worker_id"]) == (1, "forced")
+    assert "interrupted by a forced stop of worker forced" in job.last_error
     assert Job.objects.get(pk=queued.pk).status == JobStatus.PENDING
-    # Recoverable: once its lease runs out, another worker runs it again.
+    # Another worker runs it again at once: no lease to wait for.
     (tmp_path / "release").touch()
     rescuer = spawn_worker("--worker-id", "rescuer", env=env)
-
-    def done() -> bool:
-        return Job.objects.completed().count() == 2
-
-    until(done, 30, "the rescuer finished both jobs")
+    until(lambda: Job.objects.completed().count() == 2, 30, "the rescuer finished both jobs")
     job.refresh_from_db()
     assert (job.attempts, job.locked_by) == (2, "rescuer")
-    assert job.errors[0]["worker_id"] == "forced"
     assert runs(tmp_path / "ran") == {1: [rescuer.pid], 2: [rescuer.pid]}
     rescuer.signal(signal.SIGTERM)
     assert rescuer.wait() == 0
     report(second_sigterm_to_exit_seconds=round(forced_exit, 3))
+
+
+def test_a_forced_stop_fails_a_job_whose_attempts_are_spent(tmp_path, spawn_worker):
+    env = {"SQLQ_TEST_LEASE_SECONDS": "60"}
+    job = block(1, tmp_path, max_attempts=1)
+    worker = spawn_worker("--worker-id", "forced", "--concurrency", "2", env=env)
+    until(lambda: runs(tmp_path / "started"), 30, "the job started")
+    worker.signal(signal.SIGINT)
+    until(lambda: "finishing running jobs" in worker.output(), 10, "first SIGINT received")
+    worker.signal(signal.SIGINT)
+    assert worker.wait(30) == 1, worker.output()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.FAILED, 1)
+    assert job.completed_at is not None
+    assert job.errors[-1]["message"] == "interrupted by a forced stop of worker forced"
+
+
+def test_a_forced_stop_does_not_overwrite_a_job_another_worker_took_over(tmp_path, spawn_worker):
+    # The fence: the stopping worker's lease ran out and a reaper gave the job to another
+    # attempt meanwhile; the forced stop must not record anything over it.
+    env = {"SQLQ_TEST_LEASE_SECONDS": "60"}
+    job = block(1, tmp_path, max_attempts=3)
+    worker = spawn_worker("--worker-id", "zombie", env=env)
+    until(lambda: runs(tmp_path / "started"), 30, "the job started")
+    # As if its lease had expired and another worker had claimed the job (attempt 2).
+    Job.objects.filter(pk=job.pk).update(locked_by="other", attempts=2)
+    worker.signal(signal.SIGTERM)
+    until(lambda: "finishing running jobs" in worker.output(), 10, "first SIGTERM received")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 1, worker.output()
+    assert "1 running job(s) interrupted, 0 recorded at once" in worker.output()
+    job.refresh_from_db()
+    assert (job.status, job.locked_by, job.attempts, job.errors) == (
+        JobStatus.PROCESSING,
+        "other",
+        2,
+        [],
+    )

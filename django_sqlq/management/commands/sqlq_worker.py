@@ -2,7 +2,8 @@
 
 It also takes django-tasks-db's ``db_worker`` options (``--queue-name``, ``--exclude-queues``,
 ``--batch``, ``--interval``, ``--max-tasks``, ``--backend``, ``--no-startup-delay``,
-``--no-reload``), so moving from db_worker only renames the command.
+``--no-reload``), under db_worker's ``dest`` names too, so moving from db_worker only renames
+the command, in ``call_command("sqlq_worker", batch=True, queue_name="*", ...)`` as well.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import argparse
 import logging
 import math
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
@@ -74,7 +76,7 @@ def queue_list(value: str) -> list[str]:
     return names
 
 
-def interval(value: str) -> float:
+def interval_seconds(value: str) -> float:
     """db_worker's --interval: seconds, zero or more."""
     try:
         number = float(value)
@@ -104,6 +106,38 @@ def tasks_backend(value: str) -> str:
             "not django_sqlq.backend.SQLQBackend"
         )
     return value
+
+
+def known_queues(sqlq_queues: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The queue names a worker may serve: ``SQLQ["QUEUES"]`` and every django_sqlq tasks
+    backend's ``QUEUES``. None: any name (a tasks backend with an empty ``QUEUES``)."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        return sqlq_queues
+    from django_sqlq.backend import task_queues
+
+    tasks = task_queues()
+    return None if tasks is None else tuple(dict.fromkeys([*sqlq_queues, *tasks]))
+
+
+T = TypeVar("T")
+
+
+def _parsed(option: str, value: Any, parse: Callable[[str], T]) -> T | None:
+    """``value`` through the option's argparse type; None stays None."""
+    return None if value is None else _parsed_one(option, value, parse)
+
+
+def _parsed_one(option: str, value: Any, parse: Callable[[str], T]) -> T:
+    """``value`` through the option's argparse type (a list: joined by commas first)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, list, tuple)):
+        raise usage_error(f"--{option.replace('_', '-')}: {value!r} is not a valid value.")
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
+        raise usage_error(f"--{option.replace('_', '-')}: {exc}") from None
 
 
 def usage_error(message: str) -> CommandError:
@@ -190,7 +224,7 @@ class Command(BaseCommand):
         db_worker.add_argument("--batch", action="store_true", help="The same as --burst.")
         db_worker.add_argument(
             "--interval",
-            type=interval,
+            type=interval_seconds,
             default=None,
             metavar="SECONDS",
             help="The same as --poll-interval (0 allowed: poll without pause).",
@@ -204,15 +238,17 @@ class Command(BaseCommand):
         )
         db_worker.add_argument(
             "--backend",
-            dest="backend_alias",
+            dest="backend_name",
             type=tasks_backend,
             default=None,
             metavar="ALIAS",
-            help="Serve the queues of this settings.TASKS backend (a django_sqlq SQLQBackend).",
+            help="Serve the queues of this settings.TASKS backend (a django_sqlq SQLQBackend): "
+            "its QUEUES, or every queue when its QUEUES is empty.",
         )
         db_worker.add_argument(
             "--no-startup-delay",
-            action="store_true",
+            dest="startup_delay",
+            action="store_false",
             help="Accepted and ignored: sqlq_worker has no startup delay (claims never collide).",
         )
         db_worker.add_argument(
@@ -238,8 +274,8 @@ class Command(BaseCommand):
         batch: bool,
         interval: float | None,
         max_tasks: int | None,
-        backend_alias: str | None,
-        no_startup_delay: bool,
+        backend_name: str | None,
+        startup_delay: bool,
         reload: bool,
         verbosity: int,
         **options: Any,
@@ -248,6 +284,20 @@ class Command(BaseCommand):
             conf = get_settings()
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        # call_command(..., name=value) skips argparse's type=: validate those values here
+        # (from the command line they are already parsed; parsing them again changes nothing).
+        concurrency = _parsed_one("concurrency", concurrency, positive_int)
+        processes = _parsed_one("processes", processes, positive_int)
+        max_jobs = _parsed("max_jobs", max_jobs, positive_int)
+        max_tasks = _parsed("max_tasks", max_tasks, positive_int)
+        poll_interval = _parsed("poll_interval", poll_interval, positive_float)
+        interval = _parsed("interval", interval, interval_seconds)
+        queue_names = _parsed("queue_name", queue_names, queue_name_list)
+        exclude_queues = _parsed("exclude_queues", exclude_queues, queue_list)
+        if queues is not None:
+            names = [queues] if isinstance(queues, str) else queues
+            queues = [_parsed_one("queue", name, queue_name) for name in names]
+        backend_name = _parsed("backend", backend_name, tasks_backend)
         if database is not None and database not in connections.settings:
             raise usage_error(
                 f"Unknown database alias {database!r}; known: {', '.join(connections.settings)}."
@@ -274,19 +324,25 @@ class Command(BaseCommand):
             queues = queue_names
         if exclude_queues and not all_queues:
             raise usage_error("--exclude-queues can only be used with --queue-name '*'.")
-        if backend_alias is not None:
-            queues = self._backend_queues(backend_alias, queues, all_queues, exclude_queues)
-            all_queues, exclude_queues = False, None
-            if not queues:
-                raise usage_error(f"No queue of TASKS[{backend_alias!r}] is left to serve.")
+        if backend_name is not None:
+            queues, all_queues = self._backend_queues(
+                backend_name, queues, all_queues, exclude_queues
+            )
+            if not all_queues:
+                exclude_queues = None
+                if not queues:
+                    raise usage_error(f"No queue of TASKS[{backend_name!r}] is left to serve.")
         if queues:
-            unknown = [q for q in queues if q not in conf.QUEUES]
+            known = known_queues(conf.QUEUES)
+            unknown = [q for q in queues if known is not None and q not in known]
             if unknown:
                 raise usage_error(
                     f"Unknown queue(s): {', '.join(unknown)}. Known queues: "
-                    f"{', '.join(conf.QUEUES)} (SQLQ['QUEUES'])."
+                    f"{', '.join(known or ())} (SQLQ['QUEUES'] and the QUEUES of "
+                    "django_sqlq's tasks backends)."
                 )
         self._configure_logging(verbosity)
+        self._configure_task_logging(verbosity)
         self._serve_tasks()
         worker_kwargs: dict[str, Any] = {
             "queues": queues or None,
@@ -319,24 +375,27 @@ class Command(BaseCommand):
         queues: list[str] | None,
         all_queues: bool,
         exclude_queues: list[str] | None,
-    ) -> list[str]:
+    ) -> tuple[list[str] | None, bool]:
         """--backend: that backend's queues, narrowed by --queue/--queue-name and
-        --exclude-queues."""
+        --exclude-queues. Returns (queues, all_queues): a backend whose QUEUES is empty
+        allows any queue name, so it serves every queue (or those asked for)."""
         from django_sqlq.backend import SQLQBackend
         from django_sqlq.compat import task_backends
 
         backend = task_backends[alias]
-        assert isinstance(backend, SQLQBackend)  # checked by the argparse type
-        served = list(backend.served_queues())
+        assert isinstance(backend, SQLQBackend)  # checked by tasks_backend()
+        served = backend.served_queues()
+        if served is None:
+            return (None, True) if queues is None or all_queues else (queues, False)
         if queues is None or all_queues:
-            return [name for name in served if name not in (exclude_queues or ())]
+            return [name for name in served if name not in (exclude_queues or ())], False
         outside = [name for name in queues if name not in served]
         if outside:
             raise usage_error(
                 f"Queue(s) {', '.join(outside)} are not queues of TASKS[{alias!r}] "
                 f"({', '.join(served)})."
             )
-        return queues
+        return queues, False
 
     def _serve_tasks(self) -> None:
         """With Django's tasks framework installed, run @task jobs too (the tasks backend
@@ -353,6 +412,23 @@ class Command(BaseCommand):
         # given on_ready): scripts and process managers wait for this line.
         self.stdout.write(f"sqlq_worker {worker.worker_id} ready")
         self.stdout.flush()
+
+    def _configure_task_logging(self, verbosity: int) -> None:
+        """At -v 2/-v 3, the tasks framework's own lifecycle lines (``Task id=... path=...
+        state=RUNNING/SUCCESSFUL/FAILED``), as db_worker prints them, so log-based monitoring
+        survives the switch. Below that, the project's LOGGING decides."""
+        from django_sqlq import compat
+
+        if verbosity < 2 or not compat.AVAILABLE:
+            return
+        logger = logging.getLogger(compat.LOGGER_NAME)
+        logger.setLevel(logging.INFO if verbosity == 2 else logging.DEBUG)
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(self.stdout)
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+            )
+            logger.addHandler(handler)
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_sqlq")
