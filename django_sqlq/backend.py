@@ -39,7 +39,7 @@ from django.apps import apps
 from django.core import checks
 from django.utils.module_loading import import_string
 
-from django_sqlq import registry
+from django_sqlq import registry, validation
 
 # Without django.tasks or the backport, this import raises an ImportError saying what to
 # install.
@@ -60,7 +60,7 @@ from django_sqlq.compat import (
     task_started,
 )
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError, PayloadError
+from django_sqlq.exceptions import ConfigurationError, InvalidJobError, PayloadError
 
 if TYPE_CHECKING:
     from django_sqlq.models import Job
@@ -147,6 +147,16 @@ class SQLQBackend(BaseTaskBackend):
                 f"The task's module path is {len(task.module_path)} characters; django_sqlq "
                 f"stores at most {registry.MAX_TYPE_LENGTH}."
             )
+        # The same bounds as enqueue(): names every engine can store, a run_after that
+        # Python and every engine can hold (django_sqlq.validation).
+        try:
+            validation.check_name("task's module path", task.module_path,
+                                  max_length=registry.MAX_TYPE_LENGTH)  # fmt: skip
+            validation.check_name("queue name", task.queue_name, max_length=100)
+            if task.run_after is not None:
+                validation.check_run_at(task.run_after, what="run_after")
+        except InvalidJobError as exc:
+            raise InvalidTask(str(exc)) from None
         served = get_settings().QUEUES
         if task.queue_name not in served:
             raise InvalidTask(

@@ -13,6 +13,7 @@ worker that lost its lease can never overwrite the outcome of the worker that to
 
 from __future__ import annotations
 
+import math
 import random
 import traceback as tb
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +27,7 @@ from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.models import Job, JobStatus
+from django_sqlq.validation import MAX_DELAY_SECONDS
 
 MAX_TRACEBACK_CHARS = 64_000
 
@@ -40,7 +42,10 @@ def backoff_seconds(
     conf = conf or get_settings()
     custom = conf.backoff_function()
     if custom is not None:
-        return max(0.0, float(custom(attempts)))
+        value = float(custom(attempts))
+        # A policy's answer is bounded as a delay at enqueue is: nothing past 100 years,
+        # no NaN (SQLite's date functions would store NULL, PostgreSQL refuses it).
+        return min(MAX_DELAY_SECONDS, max(0.0, value)) if not math.isnan(value) else 0.0
     delay = min(conf.RETRY_BACKOFF_MAX, conf.RETRY_BACKOFF_BASE * 2 ** max(attempts - 1, 0))
     # +-25% jitter, so jobs that failed together do not all retry in the same instant.
     return float(min(conf.RETRY_BACKOFF_MAX, delay * (0.75 + 0.5 * rand())))

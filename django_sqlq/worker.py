@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, TypeVar
 from django.db import DatabaseError, connections
 from django.db.models.functions import Now
 
-from django_sqlq import lifecycle, registry
+from django_sqlq import lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, is_transient, ops_for
@@ -203,10 +203,21 @@ class Worker:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
-        self.poll_interval = poll_interval if poll_interval is not None else conf.POLL_INTERVAL
+        self.poll_interval = validation.seconds(
+            "poll_interval",
+            poll_interval if poll_interval is not None else conf.POLL_INTERVAL,
+            maximum=validation.MAX_INTERVAL_SECONDS,
+            allow_zero=True,
+            error=ValueError,
+        )
         self.worker_id = worker_id or default_worker_id()
         self.max_jobs = max_jobs
-        self.lease_seconds = lease_seconds if lease_seconds is not None else conf.LEASE_SECONDS
+        self.lease_seconds = validation.seconds(
+            "lease_seconds",
+            lease_seconds if lease_seconds is not None else conf.LEASE_SECONDS,
+            maximum=validation.MAX_INTERVAL_SECONDS,
+            error=ValueError,
+        )
         self.clock = clock
         self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
 
@@ -703,7 +714,10 @@ class Worker:
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
                 args += (self._context(job),)
-            result = _invoke(handler.func, args, job.timeout, is_async=handler.is_async)
+            # The job's own timeout, else its handler's, read here in the worker (which
+            # imported the handler) rather than at enqueue (where it may not be).
+            timeout = job.timeout if job.timeout is not None else handler.timeout
+            result = _invoke(handler.func, args, timeout, is_async=handler.is_async)
             # The same checks as a payload's, size limit included: a result the database
             # would refuse fails this attempt instead of the write of a batch of completions.
             if result is not None:

@@ -276,8 +276,17 @@ def sqlq_worker(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[i
         (["--max-jobs", "-5"], "argument --max-jobs: must be at least 1, got -5"),
         (
             ["--poll-interval", "nan"],
-            "argument --poll-interval: must be a positive number of seconds, got nan",
+            "argument --poll-interval: must be a number of seconds > 0 and <= 86400, got nan",
         ),
+        (
+            ["--poll-interval", "1e10"],
+            "argument --poll-interval: must be a number of seconds > 0 and <= 86400, got 1e10",
+        ),
+        (
+            ["--interval", "86400.5"],
+            "argument --interval: must be a number of seconds >= 0 and <= 86400, got 86400.5",
+        ),
+        (["--queue", "a\udcff"], "argument --queue: A queue name cannot hold a lone surrogate"),
         (["--queue", ""], "argument --queue: a queue name is 1 to 100 characters"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     ],

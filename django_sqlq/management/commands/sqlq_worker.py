@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from django_sqlq import validation
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError
+from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+from django_sqlq.validation import MAX_INTERVAL_SECONDS
 from django_sqlq.worker import Worker, WorkerError
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -34,19 +35,25 @@ def positive_int(value: str) -> int:
 
 
 def positive_float(value: str) -> float:
+    """Seconds: > 0 and at most a day (validation.MAX_INTERVAL_SECONDS)."""
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    if not (number > 0 and number <= MAX_INTERVAL_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+        )
     return number
 
 
 def queue_name(value: str) -> str:
     if not value or len(value) > 100:
         raise argparse.ArgumentTypeError("a queue name is 1 to 100 characters")
-    return value
+    try:
+        return validation.check_name("queue name", value, max_length=100)
+    except InvalidJobError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def queue_name_list(value: str) -> list[str]:
@@ -66,13 +73,15 @@ def queue_list(value: str) -> list[str]:
 
 
 def interval(value: str) -> float:
-    """db_worker's --interval: seconds, zero or more."""
+    """db_worker's --interval: seconds, zero or more, at most a day."""
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {value}")
+    if not (number >= 0 and number <= MAX_INTERVAL_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds >= 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+        )
     return number
 
 
