@@ -41,9 +41,14 @@ from django.db.models.functions import Now
 from django_sqlq import lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
-from django_sqlq.db import is_missing_table, is_transient, ops_for
+from django_sqlq.db import has_uncommitted_writes, is_missing_table, is_transient, ops_for
 from django_sqlq.db.base import ClaimedJob, Finished
-from django_sqlq.exceptions import JobTimeoutError, SQLQError
+from django_sqlq.exceptions import (
+    JobTimeoutError,
+    PayloadError,
+    SQLQError,
+    TransactionLeftOpenError,
+)
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -648,7 +653,8 @@ class Worker:
                     self._done_since = time.monotonic()
                 self._done.append(_Done(job, value, handler, elapsed))
             return
-        status = self._record_failure(job, value, retry=job.attempts <= job.max_attempts)
+        retry = outcome == "failed" and job.attempts <= job.max_attempts
+        status = self._record_failure(job, value, retry=retry)
         if status is not None and handler is not None:
             self._hook(handler.on_finish, self._context(job), status, value)
 
@@ -708,7 +714,8 @@ class Worker:
         )
 
     def _call_handler(self, job: ClaimedJob, handler: registry.Handler) -> tuple[str, Any]:
-        """Run the handler. Returns ("completed", result) or ("failed", ErrorInfo)."""
+        """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
+        attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not."""
         try:
             payload = _decode_json(job.payload)
             args: tuple[Any, ...] = (payload,)
@@ -718,15 +725,26 @@ class Worker:
             # imported the handler) rather than at enqueue (where it may not be).
             timeout = job.timeout if job.timeout is not None else handler.timeout
             result = _invoke(handler.func, args, timeout, is_async=handler.is_async)
-            # The same checks as a payload's, size limit included: a result the database
-            # would refuse fails this attempt instead of the write of a batch of completions.
-            if result is not None:
+            _check_connections()
+        except BaseException as exc:
+            _tidy_connections()
+            return "failed", lifecycle.ErrorInfo.from_exception(exc)
+        # The same checks as a payload's, size limit included: a result the database would
+        # refuse fails the job instead of the write of a batch of completions. For good: the
+        # work is done and only its record is impossible; running it again would repeat its
+        # side effects and end the same way.
+        if result is not None:
+            try:
                 encode_json(
                     result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES
                 )
-        except BaseException as exc:
-            _reset_connections_after_error()
-            return "failed", lifecycle.ErrorInfo.from_exception(exc)
+            except PayloadError as exc:
+                error = PayloadError(
+                    f"{exc} The handler ran to the end; the job is failed without retry, "
+                    "as running it again would repeat its work (return only what JSON "
+                    "can hold: convert datetimes, sets... or store large data elsewhere)."
+                )
+                return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
         return "completed", result
 
     # -- heartbeat ---------------------------------------------------------------------
@@ -887,7 +905,9 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     def target() -> None:
         try:
             box["result"] = func(*args)
+            _check_connections()  # in this thread: the handler's connections are its own
         except BaseException as exc:
+            _tidy_connections()
             box["error"] = exc
         finally:
             connections.close_all()
@@ -907,18 +927,66 @@ def _reset_connection(alias: str) -> None:
         connections[alias].close()
 
 
-def _reset_connections_after_error() -> None:
-    """After a handler raised: roll back what it left open and drop broken connections."""
+def _tidy_connections() -> list[str]:
+    """After a handler returned or raised, in the thread that ran it, do what Django does
+    after each request: leave no transaction open. A connection the handler left inside an
+    atomic block, or with autocommit off, is closed (the database rolls back what it had
+    not committed, and on SQLite releases the write lock); a broken one is dropped.
+
+    Returns a description of each connection whose uncommitted writes were lost that way:
+    the attempt cannot count as a success (see TransactionLeftOpenError).
+    """
+    lost: list[str] = []
     for connection in connections.all(initialized_only=True):
-        with contextlib.suppress(Exception):
-            if not connection.get_autocommit():
-                connection.rollback()
-                connection.set_autocommit(True)
-            if connection.in_atomic_block:
+        if connection.connection is None:
+            continue  # never opened, or closed by the handler: the next use reconnects
+        try:
+            if connection.in_atomic_block or not connection.autocommit:
+                what = (
+                    "an atomic block it did not exit"
+                    if connection.in_atomic_block
+                    else "autocommit turned off"
+                )
+                if has_uncommitted_writes(connection):
+                    lost.append(f"{connection.alias!r} ({what})")
+                else:
+                    logger.warning(
+                        "A handler left a transaction open on database %r (%s) without "
+                        "writes; it was rolled back",
+                        connection.alias,
+                        what,
+                    )
+                _discard(connection)
+            elif connection.errors_occurred and not connection.is_usable():
                 connection.close()
-        with contextlib.suppress(Exception):
-            if connection.errors_occurred and not connection.is_usable():
-                connection.close()
+        except Exception:
+            _discard(connection)
+    return lost
+
+
+def _discard(connection: Any) -> None:
+    """Close ``connection`` whatever state the handler left it in; the next use opens a
+    fresh one (connect() resets autocommit and the atomic state)."""
+    connection.in_atomic_block = False
+    connection.savepoint_ids = []
+    connection.atomic_blocks = []
+    connection.needs_rollback = False
+    connection.closed_in_transaction = False
+    with contextlib.suppress(Exception):
+        connection.close()
+    connection.connection = None
+
+
+def _check_connections() -> None:
+    """_tidy_connections, raising TransactionLeftOpenError if uncommitted writes were lost."""
+    lost = _tidy_connections()
+    if lost:
+        raise TransactionLeftOpenError(
+            f"The handler returned with a transaction open on database {', '.join(lost)}; "
+            "its uncommitted writes were rolled back, so this attempt failed. Commit them "
+            "(use `with transaction.atomic():`, and turn autocommit back on after "
+            "set_autocommit(False))."
+        )
 
 
 def _join(thread: threading.Thread) -> None:

@@ -133,9 +133,11 @@ def test_queue_names_no_engine_can_store_are_refused(queue):
     with pytest.raises(UnknownQueueError):
         enqueue("tests.noop", queue=queue)
     assert not Job.objects.exists()
-    with override_settings(SQLQ={"QUEUES": ["default", queue]}):
-        with pytest.raises(ConfigurationError, match=r"SQLQ\['QUEUES'\]: A queue name cannot"):
-            get_settings()
+    with (
+        override_settings(SQLQ={"QUEUES": ["default", queue]}),
+        pytest.raises(ConfigurationError, match=r"SQLQ\['QUEUES'\]: A queue name cannot"),
+    ):
+        get_settings()
     with pytest.raises(argparse.ArgumentTypeError, match="A queue name cannot"):
         queue_name(queue)
 
@@ -161,9 +163,11 @@ def test_duration_settings_at_and_past_their_bounds(key, low, high):
     integer = key in ("KEEP_FINISHED", "MAX_ATTEMPTS")
     step = 1 if integer else 0.0001
     for value in (low - step, high + step, *(() if integer else (math.inf, math.nan))):
-        with override_settings(SQLQ={**SQLQ, key: value}):
-            with pytest.raises(ConfigurationError, match=rf"SQLQ\['{key}'\] must be"):
-                get_settings()
+        with (
+            override_settings(SQLQ={**SQLQ, key: value}),
+            pytest.raises(ConfigurationError, match=rf"SQLQ\['{key}'\] must be"),
+        ):
+            get_settings()
 
 
 POLICY_ANSWER: list[float] = [0.0]
