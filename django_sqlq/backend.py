@@ -422,6 +422,15 @@ def _task_finished(context: registry.JobContext, status: str, value: Any) -> Non
     if status not in ("completed", "failed"):
         return  # a retry: the task is READY again, not finished
     result = _load(context.job_id, context.database)
+    exception = getattr(value, "exception", None)
+    if status == "failed" and exception is not None:
+        # Inside an except block, as the framework's own backends send it: its receiver logs
+        # with logger.exception(), so the log (and Sentry) gets the task's real exception.
+        try:
+            raise exception
+        except BaseException:
+            task_finished.send(_sender(result.backend), task_result=result)
+        return
     task_finished.send(_sender(result.backend), task_result=result)
 
 

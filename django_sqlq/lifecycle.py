@@ -17,7 +17,7 @@ import math
 import random
 import traceback as tb
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from django_sqlq.models import Job, JobStatus
 from django_sqlq.validation import MAX_DELAY_SECONDS
 
 MAX_TRACEBACK_CHARS = 64_000
+MAX_MESSAGE_CHARS = 4_000
 
 
 def backoff_seconds(
@@ -64,11 +65,23 @@ def _storable(text: str) -> str:
     return text
 
 
+def _capped(text: str, limit: int) -> str:
+    """``text``, or its start and end with the middle cut out when it is over ``limit``:
+    a traceback keeps its first frames and its last lines (the exception itself)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n...({len(text) - 2 * half} characters cut)...\n{text[-half:]}"
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     exception_class: str
     message: str
     traceback: str
+    # The exception itself, while the worker holds it (never stored): the tasks backend sends
+    # task_finished with it in hand, so that loggers and error trackers see it.
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
@@ -78,13 +91,19 @@ class ErrorInfo:
             if kind.__module__ == "builtins"
             else (f"{kind.__module__}.{kind.__qualname__}")
         )
-        text = "".join(tb.format_exception(exc))
-        if len(text) > MAX_TRACEBACK_CHARS:
-            text = "...(truncated)...\n" + text[-MAX_TRACEBACK_CHARS:]
+        try:
+            message = str(exc)
+        except Exception as str_error:  # a __str__ that raises
+            message = f"<str() of the exception raised {type(str_error).__name__}>"
+        # Capped, as the traceback is: last_error and every errors entry hold the message,
+        # and a 1 MB message would otherwise be stored (and shown) once per attempt.
+        message = _capped(message, MAX_MESSAGE_CHARS)
+        text = _capped("".join(tb.format_exception(exc)), MAX_TRACEBACK_CHARS)
         return cls(
             exception_class=_storable(name),
-            message=_storable(str(exc)),
+            message=_storable(message),
             traceback=_storable(text),
+            exception=exc,
         )
 
     def summary(self) -> str:

@@ -122,6 +122,8 @@ def raise_message(payload: dict[str, Any]) -> None:
         message += "\ud800"
     if payload.get("nul"):
         message += "\x00"
+    if payload.get("repeat"):
+        message *= payload["repeat"]
     raise ValueError(message)
 
 
