@@ -10,13 +10,18 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models.base import ModelState
 
 from django_sqlq import registry, validation
 from django_sqlq.conf import Settings, get_settings
-from django_sqlq.db import ops_for
-from django_sqlq.exceptions import InvalidJobError, PayloadError, UnknownQueueError
+from django_sqlq.db import is_missing_table, ops_for
+from django_sqlq.exceptions import (
+    ConfigurationError,
+    InvalidJobError,
+    PayloadError,
+    UnknownQueueError,
+)
 from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job
 
 Target = str | Callable[..., Any]
@@ -128,6 +133,18 @@ def _caller_alias(queue_alias: str, using: str | None) -> str | None:
 def _write(queue_alias: str, jobs: list[Job], delay_seconds: float | None = None) -> None:
     """Insert the jobs with one statement per chunk. On PostgreSQL the same statement sends
     the NOTIFY that wakes idle workers when the transaction commits."""
+    try:
+        _insert(queue_alias, jobs, delay_seconds)
+    except DatabaseError as exc:
+        if is_missing_table(exc):
+            raise ConfigurationError(
+                f"The jobs table does not exist in database {queue_alias!r}: run "
+                "`python manage.py migrate` first."
+            ) from exc
+        raise
+
+
+def _insert(queue_alias: str, jobs: list[Job], delay_seconds: float | None) -> None:
     ops = ops_for(queue_alias)
     first = jobs[0]
     fields = {

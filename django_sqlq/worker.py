@@ -818,7 +818,15 @@ class Worker:
                     f"The jobs table does not exist in database {self.database!r}: "
                     "run `python manage.py migrate` first."
                 ) from exc
-            raise
+            # Unreachable (down, wrong host or credentials, a missing directory): one line
+            # naming the database and the cause, not a traceback; the process manager
+            # restarts the worker.
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            raise WorkerError(
+                f"Cannot use database {self.database!r} "
+                f"({connections[self.database].settings_dict.get('ENGINE', '?')}): "
+                f"{type(exc).__name__}: {cause}"
+            ) from exc
 
     def _register(self) -> None:
         try:

@@ -50,3 +50,28 @@ def test_task_finished_is_sent_with_the_exception_in_hand(caplog):
     assert exc_info is not None and exc_info[1] is not None, "logged without the exception"
     assert str(exc_info[1]) == "the reason"
     assert "NoneType: None" not in caplog.text
+
+
+@pytest.fixture
+def no_jobs_table():
+    """The jobs table renamed away for the test, as before ``migrate``."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE sqlq_job RENAME TO sqlq_job_away")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE sqlq_job_away RENAME TO sqlq_job")
+
+
+def test_enqueue_before_migrate_says_to_run_migrate(no_jobs_table):
+    from django_sqlq import bulk_enqueue
+    from django_sqlq.exceptions import ConfigurationError
+
+    message = r"The jobs table does not exist in database .default.: run `python manage.py migr"
+    with pytest.raises(ConfigurationError, match=message):
+        enqueue("tests.noop")
+    with pytest.raises(ConfigurationError, match=message):
+        bulk_enqueue("tests.noop", [{}, {}])

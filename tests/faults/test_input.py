@@ -338,3 +338,19 @@ def test_a_worker_started_before_migrate_says_so_and_exits(unmigrated_env):
         "CommandError: The jobs table does not exist in database 'default': "
         "run `python manage.py migrate` first."
     )
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_worker_that_cannot_reach_its_database_says_so_in_one_line(
+    processes, worker_env, tmp_path
+):
+    # SQLite: a file in a directory that does not exist; PostgreSQL: a port nobody serves.
+    env = {**worker_env, "SQLQ_TEST_RUN_DIR": str(tmp_path / "missing" / "dir"),
+           "SQLQ_TEST_PG_PORT": "1"}  # fmt: skip
+    code, stderr = sqlq_worker("--processes", processes, env=env)
+    assert code == 1, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("CommandError: Cannot use database 'default' (django.db.backends.")
+    assert "OperationalError" in lines[0]
+    assert "Traceback" not in stderr

@@ -302,6 +302,15 @@ class Command(BaseCommand):
         if processes > 1:
             from django_sqlq.supervisor import Supervisor
 
+            # Checked once here, before any child starts: a database that is missing or
+            # unmigrated is one clear line, not N children crash-looping.
+            try:
+                Worker(**worker_kwargs)._check_ready()
+            except WorkerError as exc:
+                raise CommandError(str(exc)) from exc
+            finally:
+                connections.close_all()
+
             sys.exit(
                 Supervisor(processes=processes, worker_kwargs=worker_kwargs, burst=burst).run()
             )
