@@ -24,21 +24,19 @@ import json
 import logging
 import os
 import queue as queue_module
-import signal
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from types import FrameType
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError, connections
 from django.db.models.functions import Now
 
-from django_sqlq import lifecycle, registry, validation
+from django_sqlq import _stopsignals, lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import has_uncommitted_writes, is_missing_table, is_transient, ops_for
@@ -1003,34 +1001,19 @@ def _join(thread: threading.Thread) -> None:
         thread.join(timeout=0.1)
 
 
-@contextlib.contextmanager
-def _signal_handlers(worker: Worker) -> Iterator[None]:
+def _signal_handlers(worker: Worker) -> contextlib.AbstractContextManager[None]:
     """SIGTERM/SIGINT: the first asks for a graceful stop, the second forces it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = 0
 
-    def handle(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        received += 1
-        if received == 1:
-            logger.info(
-                "Worker %s received %s: finishing running jobs, then stopping",
-                worker.worker_id,
-                signal.Signals(signum).name,
-            )
-            # Not worker.stop() here: the handler runs in the main thread between two
-            # bytecodes, possibly while that thread holds the lock inside one of the events
-            # stop() sets (in Event.wait), and the lock is not reentrant: a deadlock.
-            threading.Thread(target=worker.stop, name="sqlq-stop", daemon=True).start()
-        else:
-            worker.forced = True  # before raising: see the finally clause in Worker.run
-            raise ForcedStop()
+    def on_stop(signum: int, count: int) -> None:
+        logger.info(
+            "Worker %s received %s: finishing running jobs, then stopping",
+            worker.worker_id,
+            _stopsignals.name(signum),
+        )
+        worker.stop()
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    def on_force(signum: int) -> None:
+        worker.forced = True  # before raising: see the finally clause in Worker.run
+        raise ForcedStop()
+
+    return _stopsignals.stop_signals(on_stop, on_force)
