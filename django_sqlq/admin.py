@@ -563,10 +563,11 @@ class JobAdmin(JobModelAdmin):
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
         # completed_at is when the job reached its final status: named for that status.
-        finished = {
+        finished_fields: dict[str, str] = {
             JobStatus.FAILED: "failed_at_display",
             JobStatus.CANCELLED: "cancelled_at_display",
-        }.get(obj.status if obj is not None else "", "completed_at")
+        }
+        finished = finished_fields.get(obj.status if obj is not None else "", "completed_at")
         timing = (_("Timing"), {"fields": (
             "scheduled_at", "created_at", "updated_at", "started_at", finished,
         )})  # fmt: skip
