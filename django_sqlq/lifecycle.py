@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models.functions import Now
-
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.validation import MAX_DELAY_SECONDS
 
@@ -223,7 +221,7 @@ def _apply(
     changed = (
         Job.objects.using(alias)
         .filter(pk__in=wanted, status__in=allowed)
-        .update(updated_at=Now(), **changes)
+        .update(updated_at=DatabaseNow(), **changes)
     )
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 
@@ -236,7 +234,7 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
         alias,
         status=JobStatus.PENDING,
         attempts=0,
-        scheduled_at=Now(),
+        scheduled_at=DatabaseNow(),
         completed_at=None,
         locked_by="",
         locked_at=None,
@@ -246,12 +244,14 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
 
 def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """pending -> cancelled."""
-    return _apply(ids, [JobStatus.PENDING], alias, status=JobStatus.CANCELLED, completed_at=Now())
+    return _apply(
+        ids, [JobStatus.PENDING], alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow()
+    )
 
 
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """A pending job scheduled for later becomes runnable now."""
-    return _apply(ids, [JobStatus.PENDING], alias, scheduled_at=Now())
+    return _apply(ids, [JobStatus.PENDING], alias, scheduled_at=DatabaseNow())
 
 
 def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:

@@ -34,13 +34,12 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError, connections
-from django.db.models.functions import Now
 
 from django_sqlq import _stopsignals, lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import has_uncommitted_writes, is_missing_table, is_transient, ops_for
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
 from django_sqlq.exceptions import (
     JobTimeoutError,
     PayloadError,
@@ -769,7 +768,9 @@ class Worker:
                     WorkerProcess.objects.using(self.database).filter(
                         worker_id=self.worker_id
                     ).update(
-                        last_seen_at=Now(), jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
+                        last_seen_at=DatabaseNow(),
+                        jobs_done=self.jobs_done,
+                        jobs_failed=self.jobs_failed,
                     )
                     if time.monotonic() - last_reap >= reap_every:
                         last_reap = time.monotonic()
@@ -844,8 +845,8 @@ class Worker:
     def _unregister(self) -> None:
         try:
             WorkerProcess.objects.using(self.database).filter(worker_id=self.worker_id).update(
-                stopped_at=Now(),
-                last_seen_at=Now(),
+                stopped_at=DatabaseNow(),
+                last_seen_at=DatabaseNow(),
                 jobs_done=self.jobs_done,
                 jobs_failed=self.jobs_failed,
             )

@@ -102,3 +102,48 @@ def test_a_result_that_cannot_be_stored_fails_the_job_at_once(kind, tmp_path: Pa
     assert "return value cannot be stored as JSON" in job.last_error
     assert "failed without retry" in job.last_error
     assert len(runs(path)[1]) == 1  # its side effect ran once
+
+
+# -- USE_TZ = False with a local time zone ---------------------------------------------------
+
+ZONE = "America/New_York"  # behind UTC: a naive local time read as UTC is hours in the past
+
+
+def test_naive_local_times_agree_with_the_database_clock(spawn_worker):
+    """USE_TZ = False and TIME_ZONE not UTC: naive run_at values are local time, and every
+    time the queue writes or compares (claims, retries, the admin's run-now) agrees."""
+    import datetime as dt
+
+    from django.test import override_settings
+
+    from django_sqlq import lifecycle
+
+    with override_settings(USE_TZ=False, TIME_ZONE=ZONE):
+        now = dt.datetime.now()  # naive, local (Django set the process's zone)
+        later = enqueue("tests.noop", run_at=now + dt.timedelta(hours=1))
+        delayed = enqueue("tests.noop", delay=3600)
+        due = enqueue("tests.noop", run_at=now - dt.timedelta(minutes=1))
+        failed = enqueue("tests.boom", max_attempts=1)
+        worker = spawn_worker("--burst", env={"SQLQ_TEST_LOCAL_TIME_ZONE": ZONE})
+        assert worker.wait(60) == 0, worker.output()
+        statuses = {
+            name: Job.objects.get(pk=job.pk).status
+            for name, job in (("later", later), ("delayed", delayed), ("due", due),
+                              ("failed", failed))
+        }  # fmt: skip
+        assert statuses == {"later": JobStatus.PENDING, "delayed": JobStatus.PENDING,
+                            "due": JobStatus.COMPLETED, "failed": JobStatus.FAILED}  # fmt: skip
+        # What the database wrote is local time too: within minutes of now, not hours.
+        done = Job.objects.get(pk=due.pk)
+        assert abs(done.completed_at - dt.datetime.now()) < dt.timedelta(minutes=5)
+        assert abs(Job.objects.get(pk=delayed.pk).scheduled_at - (now + dt.timedelta(hours=1))) \
+            < dt.timedelta(minutes=5)  # fmt: skip
+        # An operator's retry and run-now make jobs runnable now by the same clock.
+        lifecycle.retry_now([failed.pk])
+        lifecycle.run_now([later.pk])
+        worker = spawn_worker("--burst", env={"SQLQ_TEST_LOCAL_TIME_ZONE": ZONE})
+        assert worker.wait(60) == 0, worker.output()
+        assert Job.objects.get(pk=later.pk).status == JobStatus.COMPLETED
+        assert Job.objects.get(pk=failed.pk).status == JobStatus.FAILED  # ran (and failed) again
+        assert Job.objects.get(pk=failed.pk).attempts == 1
+        assert Job.objects.get(pk=delayed.pk).status == JobStatus.PENDING
