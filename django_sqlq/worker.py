@@ -820,12 +820,7 @@ class Worker:
             # Unreachable (down, wrong host or credentials, a missing directory): one line
             # naming the database and the cause, not a traceback; the process manager
             # restarts the worker.
-            cause = " ".join(str(exc).split()) or type(exc).__name__
-            raise WorkerError(
-                f"Cannot use database {self.database!r} "
-                f"({connections[self.database].settings_dict.get('ENGINE', '?')}): "
-                f"{type(exc).__name__}: {cause}"
-            ) from exc
+            raise WorkerError(unreachable(self.database, exc)) from exc
 
     def _register(self) -> None:
         try:
@@ -852,6 +847,13 @@ class Worker:
             )
         except DatabaseError as exc:
             logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)
+
+
+def unreachable(alias: str, exc: BaseException) -> str:
+    """One line naming the database ``alias``, its engine and why it cannot be used."""
+    cause = " ".join(str(exc).split()) or type(exc).__name__
+    engine = connections[alias].settings_dict.get("ENGINE", "?")
+    return f"Cannot use database {alias!r} ({engine}): {type(exc).__name__}: {cause}"
 
 
 def _spent(job: ClaimedJob) -> lifecycle.ErrorInfo:

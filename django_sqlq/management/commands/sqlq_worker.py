@@ -13,13 +13,13 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.validation import MAX_INTERVAL_SECONDS
-from django_sqlq.worker import Worker, WorkerError
+from django_sqlq.worker import Worker, WorkerError, unreachable
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -113,6 +113,19 @@ def usage_error(message: str) -> CommandError:
 
 class Command(BaseCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        self._database = options.get("database") or None
+        return super().execute(*args, **options)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        # Django's system checks may open a connection (SQLite's JSON support is checked on
+        # one): a database that cannot be reached is one line here too, not a traceback.
+        try:
+            super().check(*args, **kwargs)
+        except DatabaseError as exc:
+            alias = getattr(self, "_database", None) or get_settings().DATABASE
+            raise CommandError(unreachable(alias, exc)) from exc
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
