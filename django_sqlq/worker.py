@@ -560,6 +560,9 @@ class Worker:
     # -- runner threads ----------------------------------------------------------------
 
     def _runner(self) -> None:
+        # This thread's wrapper of every database (none is opened here): what the handlers
+        # run in this thread can use, and what _tidy_connections checks after each job.
+        _thread_state.connections = [connections[alias] for alias in connections]
         try:
             while True:
                 job = self._inbox.get()
@@ -946,7 +949,10 @@ def _tidy_connections() -> list[str]:
     the attempt cannot count as a success (see TransactionLeftOpenError).
     """
     lost: list[str] = []
-    for connection in connections.all(initialized_only=True):
+    # The runner threads list their connection wrappers once (_runner): reading them back
+    # from Django's per-thread storage costs more than the rest of this check, per job.
+    known: list[Any] | None = getattr(_thread_state, "connections", None)
+    for connection in known if known is not None else connections.all(initialized_only=True):
         if connection.connection is None:
             continue  # never opened, or closed by the handler: the next use reconnects
         try:
