@@ -16,7 +16,12 @@ from django.test import override_settings
 from django_sqlq import bulk_enqueue, enqueue, handler
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError, UnknownQueueError
-from django_sqlq.management.commands.sqlq_worker import interval, positive_float, queue_name
+from django_sqlq.management.commands.sqlq_worker import (
+    interval,
+    positive_float,
+    queue_name,
+    worker_count,
+)
 from django_sqlq.models import Job
 from django_sqlq.validation import MAX_DELAY_SECONDS, RUN_AT_MAX, RUN_AT_MIN
 from django_sqlq.worker import Worker
@@ -226,3 +231,10 @@ def test_the_tasks_backend_has_the_same_bounds():
         with pytest.raises(compat.InvalidTask, match="run_after must be between"):
             tasks.add.using(run_after=run_after).enqueue(1, 2)
     assert Job.objects.count() == 1
+
+
+def test_worker_counts_at_and_past_their_bounds():
+    assert worker_count("1") == 1 and worker_count("1000") == 1000
+    for bad in ("0", "1001", "1e9"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            worker_count(bad)

@@ -273,6 +273,8 @@ def sqlq_worker(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[i
     [
         (["--concurrency", "0"], "argument --concurrency: must be at least 1, got 0"),
         (["--concurrency", "many"], "argument --concurrency: 'many' is not a whole number"),
+        (["--concurrency", "1001"], "argument --concurrency: must be at most 1000, got 1001"),
+        (["--processes", "100000"], "argument --processes: must be at most 1000, got 100000"),
         (["--max-jobs", "-5"], "argument --max-jobs: must be at least 1, got -5"),
         (
             ["--poll-interval", "nan"],

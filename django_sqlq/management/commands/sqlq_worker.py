@@ -34,6 +34,19 @@ def positive_int(value: str) -> int:
     return number
 
 
+# Threads per worker and processes per supervisor: more than this is a typo, not a plan
+# (each thread holds a database connection; the server's max_connections comes first).
+MAX_WORKERS = 1000
+
+
+def worker_count(value: str) -> int:
+    """--concurrency, --processes: 1 to MAX_WORKERS."""
+    number = positive_int(value)
+    if number > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_WORKERS}, got {number}")
+    return number
+
+
 def positive_float(value: str) -> float:
     """Seconds: > 0 and at most a day (validation.MAX_INTERVAL_SECONDS)."""
     try:
@@ -138,13 +151,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=positive_int,
+            type=worker_count,
             default=1,
             help="Jobs run at once, each in its own thread (default: 1).",
         )
         parser.add_argument(
             "--processes",
-            type=positive_int,
+            type=worker_count,
             default=1,
             metavar="N",
             help="Run N worker processes under one supervisor that restarts any that dies "
