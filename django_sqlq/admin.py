@@ -63,6 +63,8 @@ else:
 ERROR_LINE_CHARS = 160
 # Operator actions change jobs in statements of at most this many ids.
 ACTION_CHUNK = 500
+# The largest id a BigAutoField holds: a longer number searched for matches no job.
+BIGINT_MAX = 2**63 - 1
 # Seconds between refreshes of the live parts of the pages.
 LIVE_SECONDS = 5
 CHARTS_SECONDS = 30
@@ -441,6 +443,7 @@ class JobAdmin(JobModelAdmin):
         "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
         "timeout", "payload_display", "result_display", "last_error_display", "errors_display",
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
+        "failed_at_display", "cancelled_at_display",
         "worker_display", "locked_at", "lease_expires_at",
     )  # fmt: skip
 
@@ -496,8 +499,12 @@ class JobAdmin(JobModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        if term.lstrip("#").isdigit():
-            return queryset.filter(pk=int(term.lstrip("#"))), False
+        number = term.lstrip("#")
+        # ASCII digits only: "²" and other Unicode digits are isdigit() but not int().
+        if number.isascii() and number.isdigit():
+            if int(number) > BIGINT_MAX:  # no such id; the database would refuse the number
+                return queryset.none(), False
+            return queryset.filter(pk=int(number)), False
         if len(term) in (32, 36):  # a UUID: a task's result id
             try:
                 return queryset.filter(uuid=uuid.UUID(term)), False
@@ -565,8 +572,14 @@ class JobAdmin(JobModelAdmin):
         )})  # fmt: skip
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
+        # completed_at is when the job reached its final status: named for that status.
+        finished_fields: dict[str, str] = {
+            JobStatus.FAILED: "failed_at_display",
+            JobStatus.CANCELLED: "cancelled_at_display",
+        }
+        finished = finished_fields.get(obj.status if obj is not None else "", "completed_at")
         timing = (_("Timing"), {"fields": (
-            "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
+            "scheduled_at", "created_at", "updated_at", "started_at", finished,
         )})  # fmt: skip
         worker = (_("Worker"), {"fields": ("worker_display", "locked_at", "lease_expires_at")})
         if obj is not None and (obj.last_error or obj.errors):
@@ -574,6 +587,14 @@ class JobAdmin(JobModelAdmin):
                 return [job, error, data, timing, worker]
             return [job, data, error, timing, worker]
         return [job, data, timing, worker]
+
+    @admin.display(description=_("failed at"))
+    def failed_at_display(self, obj: Job) -> str:
+        return _datetime(obj.completed_at)
+
+    @admin.display(description=_("cancelled at"))
+    def cancelled_at_display(self, obj: Job) -> str:
+        return _datetime(obj.completed_at)
 
     @admin.display(description=_("payload"))
     def payload_display(self, obj: Job) -> SafeString:
@@ -845,6 +866,10 @@ class JobAdmin(JobModelAdmin):
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         obj = self.get_object(request, unquote(object_id))
+        # Permission first, as Django's own delete view: a user who may not delete jobs
+        # learns nothing about this one (not even whether it is running).
+        if not self.has_delete_permission(request, obj):
+            raise PermissionDenied
         if obj is not None and obj.status == JobStatus.PROCESSING:
             self.message_user(
                 request,
@@ -948,7 +973,12 @@ class AllJobsAdmin(JobAdmin):
     def dashboard_alerts_view(self, request: HttpRequest) -> HttpResponse:
         """Just the alerts, for the top of the lists and the app's index page."""
         self._check_dashboard(request)
-        context = {**self._live_context(request), "compact": bool(request.GET.get("compact"))}
+        context = {
+            **self._live_context(request),
+            "compact": bool(request.GET.get("compact")),
+            # The list the alerts are shown on: no alert links to the page it is on.
+            "here": request.GET.get("here", ""),
+        }
         return TemplateResponse(request, "admin/django_sqlq/dashboard_alerts.html", context)
 
 
@@ -965,6 +995,11 @@ class FailedJobAdmin(JobAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         return super().get_queryset(request).filter(status=JobStatus.FAILED)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return super().changelist_view(request, {"sqlq_here": "failed", **(extra_context or {})})
 
     @admin.display(description=_("failed at"))
     def failed_at(self, obj: Job) -> str:

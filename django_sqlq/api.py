@@ -4,7 +4,6 @@ transaction (same database) or on its commit (another database)."""
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -12,15 +11,18 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models.base import ModelState
-from django.utils import timezone
 
-from django_sqlq import registry
+from django_sqlq import registry, validation
 from django_sqlq.conf import Settings, get_settings
-from django_sqlq.db import ops_for
-from django_sqlq.exceptions import InvalidJobError, PayloadError, UnknownQueueError
+from django_sqlq.db import is_missing_table, ops_for
+from django_sqlq.exceptions import (
+    ConfigurationError,
+    InvalidJobError,
+    PayloadError,
+    UnknownQueueError,
+)
 from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job
 
 Target = str | Callable[..., Any]
@@ -77,35 +79,6 @@ def _validate_int(name: str, value: Any, low: int, high: int | None = None) -> i
     return value
 
 
-def _schedule(run_at: datetime | None, delay: float | timedelta | None) -> datetime | float | None:
-    """When the job may run: None (now), a datetime, or seconds from now."""
-    if run_at is not None and delay is not None:
-        raise InvalidJobError("Give run_at or delay, not both.")
-    if run_at is not None:
-        if not isinstance(run_at, datetime):
-            raise InvalidJobError(f"run_at must be a datetime, got {run_at!r}.")
-        if settings.USE_TZ and timezone.is_naive(run_at):
-            raise InvalidJobError(
-                f"run_at is a naive datetime ({run_at.isoformat()}) while USE_TZ is True; "
-                "pass an aware datetime, e.g. timezone.now() + timedelta(...)."
-            )
-        return run_at
-    if delay is not None:
-        if isinstance(delay, timedelta):
-            seconds = delay.total_seconds()
-        elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-            seconds = float(delay)
-        else:
-            raise InvalidJobError(f"delay must be seconds or a timedelta, got {delay!r}.")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise InvalidJobError(f"delay must be a finite number of seconds >= 0, got {delay!r}.")
-        if seconds == 0:
-            return None
-        # The database's clock, so that web hosts with skewed clocks agree with the workers.
-        return seconds
-    return None
-
-
 def _options(
     conf: Settings,
     type_name: str,
@@ -126,15 +99,9 @@ def _options(
     if max_attempts is None:
         max_attempts = conf.MAX_ATTEMPTS
     _validate_int("max_attempts", max_attempts, 1, 2**31 - 1)
-    if timeout is None:
-        spec = registry.find(type_name)
-        timeout = spec.timeout if spec is not None else None
-    elif (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not (math.isfinite(timeout) and timeout > 0)
-    ):
-        raise InvalidJobError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+    # Only a timeout given here is stored: the handler's own (@handler(timeout=...)) is read
+    # by the worker when the job runs, so it holds even where the handler was never imported.
+    timeout = validation.check_timeout(timeout)
     fields: dict[str, Any] = {
         "type": type_name,
         "queue": queue,
@@ -142,7 +109,7 @@ def _options(
         "max_attempts": max_attempts,
         "timeout": timeout,
     }
-    scheduled = _schedule(run_at, delay)
+    scheduled = validation.schedule(run_at, delay)
     if isinstance(scheduled, datetime):
         fields["scheduled_at"] = scheduled
     elif scheduled is not None:
@@ -167,6 +134,18 @@ def _caller_alias(queue_alias: str, using: str | None) -> str | None:
 def _write(queue_alias: str, jobs: list[Job], delay_seconds: float | None = None) -> None:
     """Insert the jobs with one statement per chunk. On PostgreSQL the same statement sends
     the NOTIFY that wakes idle workers when the transaction commits."""
+    try:
+        _insert(queue_alias, jobs, delay_seconds)
+    except DatabaseError as exc:
+        if is_missing_table(exc):
+            raise ConfigurationError(
+                f"The jobs table does not exist in database {queue_alias!r}: run "
+                "`python manage.py migrate` first."
+            ) from exc
+        raise
+
+
+def _insert(queue_alias: str, jobs: list[Job], delay_seconds: float | None) -> None:
     ops = ops_for(queue_alias)
     first = jobs[0]
     fields = {

@@ -40,7 +40,7 @@ from django.apps import apps
 from django.core import checks
 from django.utils.module_loading import import_string
 
-from django_sqlq import registry
+from django_sqlq import registry, validation
 
 # Without django.tasks or the backport, this import raises an ImportError saying what to
 # install.
@@ -62,7 +62,7 @@ from django_sqlq.compat import (
     task_started,
 )
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import PayloadError
+from django_sqlq.exceptions import InvalidJobError, PayloadError
 
 if TYPE_CHECKING:
     from django_sqlq.models import Job
@@ -158,6 +158,16 @@ class SQLQBackend(BaseTaskBackend):
                 f"The task's module path is {len(task.module_path)} characters; django_sqlq "
                 f"stores at most {registry.MAX_TYPE_LENGTH}."
             )
+        # The same bounds as enqueue(): names every engine can store, a run_after that
+        # Python and every engine can hold (django_sqlq.validation).
+        try:
+            validation.check_name("task's module path", task.module_path,
+                                  max_length=registry.MAX_TYPE_LENGTH)  # fmt: skip
+            validation.check_name("queue name", task.queue_name, max_length=100)
+            if task.run_after is not None:
+                validation.check_run_at(task.run_after, what="run_after")
+        except InvalidJobError as exc:
+            raise InvalidTask(str(exc)) from None
         if not task.queue_name or len(task.queue_name) > MAX_QUEUE_LENGTH:
             raise InvalidTask(
                 f"Queue {task.queue_name!r}: django_sqlq's queue names are 1 to "
@@ -433,6 +443,15 @@ def _task_finished(context: registry.JobContext, status: str, value: Any) -> Non
     if status not in ("completed", "failed"):
         return  # a retry: the task is READY again, not finished
     result = _load(context.job_id, context.database)
+    exception = getattr(value, "exception", None)
+    if status == "failed" and exception is not None:
+        # Inside an except block, as the framework's own backends send it: its receiver logs
+        # with logger.exception(), so the log (and Sentry) gets the task's real exception.
+        try:
+            raise exception
+        except BaseException:
+            task_finished.send(_sender(result.backend), task_result=result)
+        return
     task_finished.send(_sender(result.backend), task_result=result)
 
 

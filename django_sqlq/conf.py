@@ -6,6 +6,7 @@ Nothing is read at import time: every attribute access reads the settings again,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,11 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from django_sqlq.exceptions import ConfigurationError
+from django_sqlq import validation
+from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+
+MAX_INTERVAL = validation.MAX_INTERVAL_SECONDS
+MAX_DELAY = validation.MAX_DELAY_SECONDS
 
 DEFAULT_SQLITE_PRAGMAS: dict[str, str | int] = {
     "journal_mode": "wal",
@@ -85,11 +90,20 @@ def configured_queues() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _number(key: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
+def _number(
+    key: str, value: Any, *, minimum: float, maximum: float | None = None, integer: bool = False
+) -> Any:
     kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not math.isfinite(value)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
         expected = "an integer" if integer else "a number"
-        raise ConfigurationError(f"SQLQ[{key!r}] must be {expected} >= {minimum}, got {value!r}.")
+        bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum:g}"
+        raise ConfigurationError(f"SQLQ[{key!r}] must be {expected} {bounds}, got {value!r}.")
     return value
 
 
@@ -137,6 +151,11 @@ def _read(user: Any) -> Settings:
         raise ConfigurationError(
             "SQLQ['QUEUES'] must be a non-empty list of queue names (strings of 1-100 chars)."
         )
+    for name in queues:
+        try:
+            validation.check_name("queue name", name, max_length=100)
+        except InvalidJobError as exc:
+            raise ConfigurationError(f"SQLQ['QUEUES']: {exc}") from None
     if not isinstance(merged["DATABASE"], str):
         raise ConfigurationError("SQLQ['DATABASE'] must be a database alias (a string).")
     backoff = merged["RETRY_BACKOFF"]
@@ -160,13 +179,25 @@ def _read(user: Any) -> Settings:
     return Settings(
         DATABASE=merged["DATABASE"],
         QUEUES=tuple(queues),
-        MAX_ATTEMPTS=_number("MAX_ATTEMPTS", merged["MAX_ATTEMPTS"], minimum=1, integer=True),
-        LEASE_SECONDS=_number("LEASE_SECONDS", merged["LEASE_SECONDS"], minimum=0.1),
+        MAX_ATTEMPTS=_number(
+            "MAX_ATTEMPTS", merged["MAX_ATTEMPTS"], minimum=1, maximum=2**31 - 1, integer=True
+        ),
+        LEASE_SECONDS=_number(
+            "LEASE_SECONDS", merged["LEASE_SECONDS"], minimum=0.1, maximum=MAX_INTERVAL
+        ),
         RETRY_BACKOFF=backoff,
-        RETRY_BACKOFF_BASE=_number("RETRY_BACKOFF_BASE", merged["RETRY_BACKOFF_BASE"], minimum=0),
-        RETRY_BACKOFF_MAX=_number("RETRY_BACKOFF_MAX", merged["RETRY_BACKOFF_MAX"], minimum=0),
-        KEEP_FINISHED=_number("KEEP_FINISHED", merged["KEEP_FINISHED"], minimum=0, integer=True),
-        POLL_INTERVAL=_number("POLL_INTERVAL", merged["POLL_INTERVAL"], minimum=0.001),
+        RETRY_BACKOFF_BASE=_number(
+            "RETRY_BACKOFF_BASE", merged["RETRY_BACKOFF_BASE"], minimum=0, maximum=MAX_DELAY
+        ),
+        RETRY_BACKOFF_MAX=_number(
+            "RETRY_BACKOFF_MAX", merged["RETRY_BACKOFF_MAX"], minimum=0, maximum=MAX_DELAY
+        ),
+        KEEP_FINISHED=_number(
+            "KEEP_FINISHED", merged["KEEP_FINISHED"], minimum=0, maximum=MAX_DELAY, integer=True
+        ),
+        POLL_INTERVAL=_number(
+            "POLL_INTERVAL", merged["POLL_INTERVAL"], minimum=0.001, maximum=MAX_INTERVAL
+        ),
         MAX_PAYLOAD_BYTES=_number(
             "MAX_PAYLOAD_BYTES", merged["MAX_PAYLOAD_BYTES"], minimum=1, integer=True
         ),

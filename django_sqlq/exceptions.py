@@ -37,3 +37,8 @@ class JobInterruptedError(SQLQError, RuntimeError):
 
 class LeaseLostError(SQLQError, RuntimeError):
     """This worker no longer holds the job: another worker or an operator took it over."""
+
+
+class TransactionLeftOpenError(SQLQError, RuntimeError):
+    """A handler returned with a transaction open (an atomic block not exited, autocommit
+    left off) holding writes: the worker rolled them back and failed the attempt."""

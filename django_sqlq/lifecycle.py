@@ -13,21 +13,22 @@ worker that lost its lease can never overwrite the outcome of the worker that to
 
 from __future__ import annotations
 
+import math
 import random
 import traceback as tb
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models.functions import Now
-
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
 from django_sqlq.models import Job, JobStatus
+from django_sqlq.validation import MAX_DELAY_SECONDS
 
 MAX_TRACEBACK_CHARS = 64_000
+MAX_MESSAGE_CHARS = 4_000
 
 
 def backoff_seconds(
@@ -40,7 +41,10 @@ def backoff_seconds(
     conf = conf or get_settings()
     custom = conf.backoff_function()
     if custom is not None:
-        return max(0.0, float(custom(attempts)))
+        value = float(custom(attempts))
+        # A policy's answer is bounded as a delay at enqueue is: nothing past 100 years,
+        # no NaN (SQLite's date functions would store NULL, PostgreSQL refuses it).
+        return min(MAX_DELAY_SECONDS, max(0.0, value)) if not math.isnan(value) else 0.0
     delay = min(conf.RETRY_BACKOFF_MAX, conf.RETRY_BACKOFF_BASE * 2 ** max(attempts - 1, 0))
     # +-25% jitter, so jobs that failed together do not all retry in the same instant.
     return float(min(conf.RETRY_BACKOFF_MAX, delay * (0.75 + 0.5 * rand())))
@@ -59,11 +63,23 @@ def _storable(text: str) -> str:
     return text
 
 
+def _capped(text: str, limit: int) -> str:
+    """``text``, or its start and end with the middle cut out when it is over ``limit``:
+    a traceback keeps its first frames and its last lines (the exception itself)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n...({len(text) - 2 * half} characters cut)...\n{text[-half:]}"
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     exception_class: str
     message: str
     traceback: str
+    # The exception itself, while the worker holds it (never stored): the tasks backend sends
+    # task_finished with it in hand, so that loggers and error trackers see it.
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
@@ -73,13 +89,19 @@ class ErrorInfo:
             if kind.__module__ == "builtins"
             else (f"{kind.__module__}.{kind.__qualname__}")
         )
-        text = "".join(tb.format_exception(exc))
-        if len(text) > MAX_TRACEBACK_CHARS:
-            text = "...(truncated)...\n" + text[-MAX_TRACEBACK_CHARS:]
+        try:
+            message = str(exc)
+        except Exception as str_error:  # a __str__ that raises
+            message = f"<str() of the exception raised {type(str_error).__name__}>"
+        # Capped, as the traceback is: last_error and every errors entry hold the message,
+        # and a 1 MB message would otherwise be stored (and shown) once per attempt.
+        message = _capped(message, MAX_MESSAGE_CHARS)
+        text = _capped("".join(tb.format_exception(exc)), MAX_TRACEBACK_CHARS)
         return cls(
             exception_class=_storable(name),
-            message=_storable(str(exc)),
+            message=_storable(message),
             traceback=_storable(text),
+            exception=exc,
         )
 
     def summary(self) -> str:
@@ -199,7 +221,7 @@ def _apply(
     changed = (
         Job.objects.using(alias)
         .filter(pk__in=wanted, status__in=allowed)
-        .update(updated_at=Now(), **changes)
+        .update(updated_at=DatabaseNow(), **changes)
     )
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 
@@ -212,7 +234,7 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
         alias,
         status=JobStatus.PENDING,
         attempts=0,
-        scheduled_at=Now(),
+        scheduled_at=DatabaseNow(),
         completed_at=None,
         locked_by="",
         locked_at=None,
@@ -222,12 +244,14 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
 
 def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """pending -> cancelled."""
-    return _apply(ids, [JobStatus.PENDING], alias, status=JobStatus.CANCELLED, completed_at=Now())
+    return _apply(
+        ids, [JobStatus.PENDING], alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow()
+    )
 
 
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """A pending job scheduled for later becomes runnable now."""
-    return _apply(ids, [JobStatus.PENDING], alias, scheduled_at=Now())
+    return _apply(ids, [JobStatus.PENDING], alias, scheduled_at=DatabaseNow())
 
 
 def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:

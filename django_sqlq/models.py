@@ -11,6 +11,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from django_sqlq.db.base import DatabaseNow
+
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 
@@ -47,15 +49,17 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def runnable(self, now: datetime | None = None) -> JobQuerySet:
         """Pending jobs whose scheduled time has come (by the database clock unless given)."""
-        return self.pending().filter(scheduled_at__lte=now if now is not None else Now())
+        return self.pending().filter(scheduled_at__lte=now if now is not None else DatabaseNow())
 
     def scheduled(self, now: datetime | None = None) -> JobQuerySet:
         """Pending jobs that wait for a time still in the future."""
-        return self.pending().filter(scheduled_at__gt=now if now is not None else Now())
+        return self.pending().filter(scheduled_at__gt=now if now is not None else DatabaseNow())
 
     def expired(self, now: datetime | None = None) -> JobQuerySet:
         """Processing jobs whose lease ran out: their worker is gone or stuck."""
-        return self.processing().filter(lease_expires_at__lt=now if now is not None else Now())
+        return self.processing().filter(
+            lease_expires_at__lt=now if now is not None else DatabaseNow()
+        )
 
 
 def _queue_alias() -> str | None:

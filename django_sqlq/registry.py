@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from django_sqlq import validation
 from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,13 +72,7 @@ def dotted_path(func: Callable[..., Any]) -> str:
 
 
 def validate_type_name(name: object) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise InvalidJobError(f"A job type must be a non-empty string, got {name!r}.")
-    if len(name) > MAX_TYPE_LENGTH:
-        raise InvalidJobError(
-            f"A job type is at most {MAX_TYPE_LENGTH} characters; got one of {len(name)}."
-        )
-    return name
+    return validation.check_name("job type", name, max_length=MAX_TYPE_LENGTH)
 
 
 def register(
@@ -90,10 +85,7 @@ def register(
     """Register ``func`` under ``name`` (default: its dotted path) and return the Handler."""
     if not callable(func):
         raise TypeError(f"@handler needs a callable, got {func!r}.")
-    if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
-        raise InvalidJobError(
-            f"A handler timeout must be a positive number of seconds, got {timeout!r}."
-        )
+    timeout = validation.check_timeout(timeout, what="A handler timeout")
     name = validate_type_name(name if name is not None else dotted_path(func))
     spec = Handler(name=name, func=func, timeout=timeout, takes_context=takes_context)
     with _lock:

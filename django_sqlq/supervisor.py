@@ -2,7 +2,8 @@
 
 For CPU-bound handlers, which threads cannot spread over cores. The supervisor forks N
 children, each running an ordinary :class:`~django_sqlq.worker.Worker` with its own database
-connections; it restarts a child that dies (killed, crashed, out of memory) and passes
+connections; it restarts a child that dies (killed, crashed, out of memory; not one that
+exits 0 because it finished, as with ``--burst`` or ``--max-jobs``) and passes
 SIGTERM/SIGINT on to them, so stopping behaves as for a single worker: the first signal lets
 running jobs finish, a second one forces the exit.
 """
@@ -21,6 +22,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from django.db import connections
+
+from django_sqlq import _stopsignals
 
 logger = logging.getLogger("django_sqlq.supervisor")
 
@@ -43,14 +46,13 @@ def _child(worker_kwargs: dict[str, Any], burst: bool) -> None:
     early: list[int] = []
     made: list[Worker] = []
 
-    def before_run(signum: int, frame: Any) -> None:
-        if made:  # stop() waits on locks: never call it from a signal handler directly
-            threading.Thread(target=made[0].stop, daemon=True).start()
+    def before_run(signum: int, count: int) -> None:
+        if made:
+            made[0].stop()
         else:
             early.append(signum)
 
-    signal.signal(signal.SIGTERM, before_run)
-    signal.signal(signal.SIGINT, before_run)
+    _stopsignals.install(before_run)
     # Blocked by the supervisor around the fork (see Supervisor._start): only now that this
     # process has handlers of its own can it take them; one that came meanwhile arrives here.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
@@ -118,10 +120,12 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(slot.process.pid, signum)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.signals_received += 1
-        if self.signals_received == 1:
-            logger.info("Supervisor received %s: stopping workers", signal.Signals(signum).name)
+    def _on_signal(self, signum: int, count: int) -> None:
+        """In a helper thread (see django_sqlq._stopsignals), for every SIGTERM/SIGINT: stop
+        restarting children and pass the signal on (a second one forces their exit)."""
+        self.signals_received = count
+        if count == 1:
+            logger.info("Supervisor received %s: stopping workers", _stopsignals.name(signum))
         self.stop_event.set()
         self._forward(signum)
 
@@ -129,9 +133,7 @@ class Supervisor:
         """Run until stopped (or, with ``burst``, until every child has drained the queue).
         Returns 0 when every child exited cleanly the last time, else 1."""
         self.slots = [_Slot(index=i) for i in range(self.processes)]
-        previous = {
-            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
+        previous = _stopsignals.install(self._on_signal)
         try:
             for slot in self.slots:
                 self._start(slot)
@@ -144,8 +146,7 @@ class Supervisor:
                 if alive == 0:
                     break
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            _stopsignals.restore(previous)
         codes = [slot.exit_codes[-1] for slot in self.slots if slot.exit_codes]
         return 0 if all(code == 0 for code in codes) else 1
 
@@ -159,7 +160,9 @@ class Supervisor:
         process.join()
         code = process.exitcode if process.exitcode is not None else -1
         slot.exit_codes.append(code)
-        if self.stop_event.is_set() or (self.burst and code == 0):
+        if self.stop_event.is_set() or code == 0:
+            # Exit 0 is a worker that finished its work (--burst, --max-jobs) or was stopped
+            # on purpose: done, not restarted. Only a crash or a kill is restarted.
             slot.finished = True
             return 0
         lived = time.monotonic() - slot.started

@@ -25,26 +25,29 @@ import json
 import logging
 import os
 import queue as queue_module
-import signal
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from types import FrameType
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError, connections
-from django.db.models.functions import Now
 
-from django_sqlq import lifecycle, registry
+from django_sqlq import _stopsignals, lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
-from django_sqlq.db import is_missing_table, is_transient, ops_for
-from django_sqlq.db.base import ClaimedJob, Finished
-from django_sqlq.exceptions import JobInterruptedError, JobTimeoutError, SQLQError
+from django_sqlq.db import has_uncommitted_writes, is_missing_table, is_transient, ops_for
+from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
+from django_sqlq.exceptions import (
+    JobInterruptedError,
+    JobTimeoutError,
+    PayloadError,
+    SQLQError,
+    TransactionLeftOpenError,
+)
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -258,10 +261,21 @@ class Worker:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
-        self.poll_interval = poll_interval if poll_interval is not None else conf.POLL_INTERVAL
+        self.poll_interval = validation.seconds(
+            "poll_interval",
+            poll_interval if poll_interval is not None else conf.POLL_INTERVAL,
+            maximum=validation.MAX_INTERVAL_SECONDS,
+            allow_zero=True,
+            error=ValueError,
+        )
         self.worker_id = worker_id or default_worker_id()
         self.max_jobs = max_jobs
-        self.lease_seconds = lease_seconds if lease_seconds is not None else conf.LEASE_SECONDS
+        self.lease_seconds = validation.seconds(
+            "lease_seconds",
+            lease_seconds if lease_seconds is not None else conf.LEASE_SECONDS,
+            maximum=validation.MAX_INTERVAL_SECONDS,
+            error=ValueError,
+        )
         self.clock = clock
         self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
 
@@ -714,6 +728,9 @@ class Worker:
     # -- runner threads ----------------------------------------------------------------
 
     def _runner(self) -> None:
+        # This thread's wrapper of every database (none is opened here): what the handlers
+        # run in this thread can use, and what _tidy_connections checks after each job.
+        _thread_state.connections = [connections[alias] for alias in connections]
         try:
             while True:
                 job = self._inbox.get()
@@ -804,7 +821,8 @@ class Worker:
                     self._done_since = time.monotonic()
                 self._done.append(_Done(job, value, handler, elapsed))
             return
-        status = self._record_failure(job, value, retry=job.attempts <= job.max_attempts)
+        retry = outcome == "failed" and job.attempts <= job.max_attempts
+        status = self._record_failure(job, value, retry=retry)
         if status is not None and handler is not None:
             self._hook(handler.on_finish, self._context(job), status, value)
 
@@ -866,22 +884,37 @@ class Worker:
         )
 
     def _call_handler(self, job: ClaimedJob, handler: registry.Handler) -> tuple[str, Any]:
-        """Run the handler. Returns ("completed", result) or ("failed", ErrorInfo)."""
+        """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
+        attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not."""
         try:
             payload = _decode_json(job.payload)
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
                 args += (self._context(job),)
-            result = _invoke(handler.func, args, job.timeout, is_async=handler.is_async)
-            # The same checks as a payload's, size limit included: a result the database
-            # would refuse fails this attempt instead of the write of a batch of completions.
-            if result is not None:
+            # The job's own timeout, else its handler's, read here in the worker (which
+            # imported the handler) rather than at enqueue (where it may not be).
+            timeout = job.timeout if job.timeout is not None else handler.timeout
+            result = _invoke(handler.func, args, timeout, is_async=handler.is_async)
+            _check_connections()
+        except BaseException as exc:
+            _tidy_connections()
+            return "failed", lifecycle.ErrorInfo.from_exception(exc)
+        # The same checks as a payload's, size limit included: a result the database would
+        # refuse fails the job instead of the write of a batch of completions. For good: the
+        # work is done and only its record is impossible; running it again would repeat its
+        # side effects and end the same way.
+        if result is not None:
+            try:
                 encode_json(
                     result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES
                 )
-        except BaseException as exc:
-            _reset_connections_after_error()
-            return "failed", lifecycle.ErrorInfo.from_exception(exc)
+            except PayloadError as exc:
+                error = PayloadError(
+                    f"{exc} The handler ran to the end; the job is failed without retry, "
+                    "as running it again would repeat its work (return only what JSON "
+                    "can hold: convert datetimes, sets... or store large data elsewhere)."
+                )
+                return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
         return "completed", result
 
     # -- heartbeat ---------------------------------------------------------------------
@@ -908,7 +941,9 @@ class Worker:
                     WorkerProcess.objects.using(self.database).filter(
                         worker_id=self.worker_id
                     ).update(
-                        last_seen_at=Now(), jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
+                        last_seen_at=DatabaseNow(),
+                        jobs_done=self.jobs_done,
+                        jobs_failed=self.jobs_failed,
                     )
                     if time.monotonic() - last_reap >= reap_every:
                         last_reap = time.monotonic()
@@ -955,7 +990,10 @@ class Worker:
                     f"The jobs table does not exist in database {self.database!r}: "
                     "run `python manage.py migrate` first."
                 ) from exc
-            raise
+            # Unreachable (down, wrong host or credentials, a missing directory): one line
+            # naming the database and the cause, not a traceback; the process manager
+            # restarts the worker.
+            raise WorkerError(unreachable(self.database, exc)) from exc
 
     def _register(self) -> None:
         try:
@@ -975,13 +1013,20 @@ class Worker:
     def _unregister(self) -> None:
         try:
             WorkerProcess.objects.using(self.database).filter(worker_id=self.worker_id).update(
-                stopped_at=Now(),
-                last_seen_at=Now(),
+                stopped_at=DatabaseNow(),
+                last_seen_at=DatabaseNow(),
                 jobs_done=self.jobs_done,
                 jobs_failed=self.jobs_failed,
             )
         except DatabaseError as exc:
             logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)
+
+
+def unreachable(alias: str, exc: BaseException) -> str:
+    """One line naming the database ``alias``, its engine and why it cannot be used."""
+    cause = " ".join(str(exc).split()) or type(exc).__name__
+    engine = connections[alias].settings_dict.get("ENGINE", "?")
+    return f"Cannot use database {alias!r} ({engine}): {type(exc).__name__}: {cause}"
 
 
 def _spent(job: ClaimedJob) -> lifecycle.ErrorInfo:
@@ -1042,7 +1087,9 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     def target() -> None:
         try:
             box["result"] = func(*args)
+            _check_connections()  # in this thread: the handler's connections are its own
         except BaseException as exc:
+            _tidy_connections()
             box["error"] = exc
         finally:
             connections.close_all()
@@ -1062,18 +1109,69 @@ def _reset_connection(alias: str) -> None:
         connections[alias].close()
 
 
-def _reset_connections_after_error() -> None:
-    """After a handler raised: roll back what it left open and drop broken connections."""
-    for connection in connections.all(initialized_only=True):
-        with contextlib.suppress(Exception):
-            if not connection.get_autocommit():
-                connection.rollback()
-                connection.set_autocommit(True)
-            if connection.in_atomic_block:
+def _tidy_connections() -> list[str]:
+    """After a handler returned or raised, in the thread that ran it, do what Django does
+    after each request: leave no transaction open. A connection the handler left inside an
+    atomic block, or with autocommit off, is closed (the database rolls back what it had
+    not committed, and on SQLite releases the write lock); a broken one is dropped.
+
+    Returns a description of each connection whose uncommitted writes were lost that way:
+    the attempt cannot count as a success (see TransactionLeftOpenError).
+    """
+    lost: list[str] = []
+    # The runner threads list their connection wrappers once (_runner): reading them back
+    # from Django's per-thread storage costs more than the rest of this check, per job.
+    known: list[Any] | None = getattr(_thread_state, "connections", None)
+    for connection in known if known is not None else connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue  # never opened, or closed by the handler: the next use reconnects
+        try:
+            if connection.in_atomic_block or not connection.autocommit:
+                what = (
+                    "an atomic block it did not exit"
+                    if connection.in_atomic_block
+                    else "autocommit turned off"
+                )
+                if has_uncommitted_writes(connection):
+                    lost.append(f"{connection.alias!r} ({what})")
+                else:
+                    logger.warning(
+                        "A handler left a transaction open on database %r (%s) without "
+                        "writes; it was rolled back",
+                        connection.alias,
+                        what,
+                    )
+                _discard(connection)
+            elif connection.errors_occurred and not connection.is_usable():
                 connection.close()
-        with contextlib.suppress(Exception):
-            if connection.errors_occurred and not connection.is_usable():
-                connection.close()
+        except Exception:
+            _discard(connection)
+    return lost
+
+
+def _discard(connection: Any) -> None:
+    """Close ``connection`` whatever state the handler left it in; the next use opens a
+    fresh one (connect() resets autocommit and the atomic state)."""
+    connection.in_atomic_block = False
+    connection.savepoint_ids = []
+    connection.atomic_blocks = []
+    connection.needs_rollback = False
+    connection.closed_in_transaction = False
+    with contextlib.suppress(Exception):
+        connection.close()
+    connection.connection = None
+
+
+def _check_connections() -> None:
+    """_tidy_connections, raising TransactionLeftOpenError if uncommitted writes were lost."""
+    lost = _tidy_connections()
+    if lost:
+        raise TransactionLeftOpenError(
+            f"The handler returned with a transaction open on database {', '.join(lost)}; "
+            "its uncommitted writes were rolled back, so this attempt failed. Commit them "
+            "(use `with transaction.atomic():`, and turn autocommit back on after "
+            "set_autocommit(False))."
+        )
 
 
 def _join(thread: threading.Thread) -> None:
@@ -1082,34 +1180,19 @@ def _join(thread: threading.Thread) -> None:
         thread.join(timeout=0.1)
 
 
-@contextlib.contextmanager
-def _signal_handlers(worker: Worker) -> Iterator[None]:
+def _signal_handlers(worker: Worker) -> contextlib.AbstractContextManager[None]:
     """SIGTERM/SIGINT: the first asks for a graceful stop, the second forces it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = 0
 
-    def handle(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        received += 1
-        if received == 1:
-            logger.info(
-                "Worker %s received %s: finishing running jobs, then stopping",
-                worker.worker_id,
-                signal.Signals(signum).name,
-            )
-            # Not worker.stop() here: the handler runs in the main thread between two
-            # bytecodes, possibly while that thread holds the lock inside one of the events
-            # stop() sets (in Event.wait), and the lock is not reentrant: a deadlock.
-            threading.Thread(target=worker.stop, name="sqlq-stop", daemon=True).start()
-        else:
-            worker.forced = True  # before raising: see the finally clause in Worker.run
-            raise ForcedStop()
+    def on_stop(signum: int, count: int) -> None:
+        logger.info(
+            "Worker %s received %s: finishing running jobs, then stopping",
+            worker.worker_id,
+            _stopsignals.name(signum),
+        )
+        worker.stop()
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    def on_force(signum: int) -> None:
+        worker.forced = True  # before raising: see the finally clause in Worker.run
+        raise ForcedStop()
+
+    return _stopsignals.stop_signals(on_stop, on_force)

@@ -16,6 +16,11 @@ SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
+if os.environ.get("SQLQ_TEST_LOCAL_TIME_ZONE"):
+    # A project on naive local times (USE_TZ = False, a TIME_ZONE other than UTC), for the
+    # worker processes of the tests that check such projects (tests/faults/test_handlers.py).
+    USE_TZ = False
+    TIME_ZONE = os.environ["SQLQ_TEST_LOCAL_TIME_ZONE"]
 ALLOWED_HOSTS = ["*"]
 
 if ENGINE == "postgresql":

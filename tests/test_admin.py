@@ -887,3 +887,58 @@ def test_task_queues_count_as_configured_on_the_dashboard_and_in_the_filter(logi
         page = text(client.get(url("job_dashboard_live")))
         assert "mail</strong> <span" not in page  # configured: no note
         assert "elsewhere</strong> <span" in page
+
+
+# -- found by an adversarial operator (issue 11) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "term", ["²", "#²", "١٢", "\U0001d7d8", "99999999999999999999999", "#9223372036854775808"]
+)
+def test_searching_digits_that_are_not_an_id_is_not_an_error(login: Any, term: str) -> None:
+    job = make_job(type=f"tests.{term}")
+    response = login("viewer").get(url("job_changelist"), {"q": term})
+    assert response.status_code == 200
+    shown = [j.pk for j in response.context["cl"].result_list]
+    # Unicode digits search the type names; a number no id can be matches nothing.
+    assert shown == ([] if term.lstrip("#").isascii() else [job.pk])
+
+
+def test_delete_of_a_running_job_checks_the_permission_first(login: Any) -> None:
+    running = make_job(status=JobStatus.PROCESSING, locked_by="w1")
+    client = login("viewer")  # may view jobs, not delete them
+    for method in (client.get, client.post):
+        response = method(url("job_delete", running.pk))
+        assert response.status_code == 403  # not a redirect that says "is running"
+    response = login("staff").get(url("job_delete", running.pk))
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("status", "label"),
+    [(JobStatus.FAILED, "Failed at"), (JobStatus.CANCELLED, "Cancelled at"),
+     (JobStatus.COMPLETED, "Completed at")],
+)  # fmt: skip
+def test_the_job_page_names_the_final_time_after_the_final_status(
+    login: Any, status: str, label: str
+) -> None:
+    job = failed_job(status=status)
+    response = login("viewer").get(url("job_change", job.pk))
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert label in text
+    for other in {"Failed at", "Cancelled at", "Completed at"} - {label}:
+        assert other not in text
+
+
+def test_the_failed_jobs_banner_does_not_link_to_the_page_it_is_on(login: Any) -> None:
+    failed_job()
+    client = login("viewer")
+    page = client.get(url("failedjob_changelist")).content.decode()
+    assert "here=failed" in page
+    alerts = url("job_dashboard_alerts")
+    on_failed_list = client.get(alerts, {"compact": "1", "here": "failed"}).content.decode()
+    elsewhere = client.get(alerts, {"compact": "1"}).content.decode()
+    failed_list = url("failedjob_changelist")
+    assert f'href="{failed_list}"' in elsewhere
+    assert f'href="{failed_list}"' not in on_failed_list

@@ -204,3 +204,41 @@ def test_an_operator_finds_a_failed_job_retries_it_and_watches_it_complete(
     expect(default_row.locator('[data-col="failed"]')).to_have_text("0")
     expect(emails_row.locator('[data-col="waiting"]')).to_have_text("0")
     assert WorkerProcess.objects.filter(worker_id=worker.worker_id).exists()
+
+
+def test_the_job_list_shows_every_column_at_1400_px(
+    live_server: Any, page: Any, shots: Path, operator: tuple[str, str]
+) -> None:
+    """Issue 11: at 1400 px the list cut its last columns off. With long type names and
+    errors, every column header is on screen and the page does not scroll sideways."""
+    from playwright.sync_api import expect
+
+    for n in range(3):
+        Job.objects.create(
+            type=f"shop.integrations.warehouse.synchronise_inventory_levels_{n}" * 2,
+            queue="default",
+            status=JobStatus.FAILED,
+            attempts=5,
+            max_attempts=5,
+            last_error="requests.exceptions.ConnectionError: " + "HTTPSConnectionPool " * 30,
+            completed_at=timezone.now(),
+        )
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{live_server.url}/admin/")
+    page.fill("#id_username", operator[0])
+    page.fill("#id_password", operator[1])
+    page.click("input[type=submit]")
+    for path in ("job", "failedjob"):
+        page.goto(f"{live_server.url}/admin/django_sqlq/{path}/")
+        expect(page.locator("#result_list")).to_be_visible()
+        page.screenshot(path=str(shots / f"admin-{path}-list-1400.png"))
+        width = page.evaluate("document.documentElement.clientWidth")
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        edges = page.evaluate(
+            "[...document.querySelectorAll('#result_list thead th')]"
+            ".map(th => [th.textContent.trim(), th.getBoundingClientRect().right])"
+        )
+        cut = [name for name, right in edges if right > width + 1]
+        assert not cut and overflow <= 0, (path, width, overflow, edges)

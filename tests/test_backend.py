@@ -506,7 +506,7 @@ def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tm
         (["--exclude-queues", "emails"], "only be used with --queue-name '\\*'"),
         (["--queue-name", "default", "--exclude-queues", "emails"], "--queue-name '\\*'"),
         (["--queue-name", "*,emails"], "cannot be combined"),
-        (["--interval", "-1"], "finite number of seconds >= 0"),
+        (["--interval", "-1"], "a number of seconds >= 0"),
         (["--max-tasks", "0"], "at least 1"),
         (["--backend", "nope"], "nope"),
         (["--backend", "retrying", "--queue-name", "emails"], "not queues of TASKS"),

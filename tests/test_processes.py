@@ -143,3 +143,52 @@ def test_processes_supervisor_stopped_while_its_children_start_exits_0(spawn_wor
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(timeout=60) == 0, supervisor.output()
     assert "died" not in supervisor.output()
+
+
+def test_processes_with_max_jobs_exit_once_the_children_are_done(spawn_worker):
+    jobs = bulk_enqueue("tests.noop", [{} for _ in range(10)])
+    supervisor = spawn_worker("--processes", "2", "--max-jobs", "2", "-v", "1")
+    # Each child exits 0 after its 2 jobs: finished, not dead; the supervisor exits with them.
+    assert supervisor.wait(timeout=60) == 0, supervisor.output()
+    assert "restarting" not in supervisor.output()
+    assert Job.objects.filter(pk__in=[j.pk for j in jobs]).completed().count() == 4
+
+
+def test_processes_a_second_sigterm_forces_the_children_out(tmp_path, spawn_worker):
+    release = tmp_path / "release"  # never created: the jobs run until forced
+    started = tmp_path / "started"
+    supervisor = spawn_worker("--processes", "2", "-v", "1")
+    wait_for(lambda: supervisor.output().count(" ready") >= 2)
+    for n in range(2):
+        enqueue("faults.block", {"n": n, "started": str(started), "release": str(release),
+                                 "path": str(tmp_path / "ran"), "max_seconds": 60})  # fmt: skip
+    wait_for(lambda: started.exists() and len(started.read_text().splitlines()) == 2)
+    supervisor.signal(signal.SIGTERM)
+    wait_for(lambda: "finishing running jobs" in supervisor.output())
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 1, supervisor.output()
+    assert "forced to stop" in supervisor.output()
+    assert "restarting" not in supervisor.output()
+
+
+def test_stop_signals_never_run_the_stop_in_the_signal_handler():
+    import threading
+
+    from django_sqlq import _stopsignals
+
+    seen: list[tuple[str, int, int]] = []
+    done = threading.Event()
+
+    def on_stop(signum: int, count: int) -> None:
+        seen.append((threading.current_thread().name, signum, count))
+        done.set()
+
+    def on_force(signum: int) -> None:
+        seen.append((threading.current_thread().name, signum, -1))
+
+    handle = _stopsignals.handler(on_stop, on_force)
+    handle(signal.SIGTERM, None)
+    assert done.wait(10)
+    handle(signal.SIGINT, None)
+    assert seen == [("sqlq-stop", signal.SIGTERM, 1),
+                    (threading.current_thread().name, signal.SIGINT, -1)]  # fmt: skip

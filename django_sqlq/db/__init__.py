@@ -83,3 +83,25 @@ def is_missing_table(exc: BaseException) -> bool:
     """True when the jobs table is not there: ``migrate`` has not been run."""
     message = str(exc).lower()
     return "no such table" in message or ("does not exist" in message and "relation" in message)
+
+
+def has_uncommitted_writes(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the transaction open on ``connection`` has written anything that a rollback
+    would lose. True when it cannot tell (an aborted transaction, another engine)."""
+    raw = connection.connection
+    if raw is None:
+        return False
+    try:
+        if connection.vendor == "sqlite":
+            # BEGIN is issued before the first write (or by an atomic block): a transaction
+            # is open only once something wrote, or an atomic block holds the write lock.
+            return bool(raw.in_transaction)
+        if connection.vendor == "postgresql":
+            # Raw cursor: no Django wrapper, no query logged, nothing changed on error.
+            with raw.cursor() as cursor:
+                cursor.execute("SELECT txid_current_if_assigned() IS NOT NULL")
+                row = cursor.fetchone()
+            return bool(row[0]) if row is not None else True
+    except Exception:
+        return True
+    return True

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -209,10 +210,10 @@ class QueueOps:
             row = cursor.fetchone()
         return row[0], self.to_datetime(row[1]), self.to_datetime(row[2]), self.to_uuid(row[3])
 
-    _insert_one_cache: dict[tuple[type, bool], str] = {}
+    _insert_one_cache: dict[tuple[type, bool, str], str] = {}
 
     def _insert_one_sql(self, fixed_time: bool) -> str:
-        key = (type(self), fixed_time)
+        key = (type(self), fixed_time, self.now_sql())  # now_sql follows USE_TZ on SQLite
         sql = self._insert_one_cache.get(key)
         if sql is None:
             now_sql = self.now_sql()
@@ -445,3 +446,18 @@ class QueueOps:
     def explain_claim(self, queues: Sequence[str]) -> str:
         """The plan of the claim's inner SELECT (for tests and ``sqlq_doctor``)."""
         raise NotImplementedError
+
+
+class DatabaseNow(Now):
+    """``Now()`` in the time the jobs table's columns hold. On SQLite with ``USE_TZ = False``
+    that is local time (see ``sqlite.SQLiteOps.now_sql``), where Django's ``Now()`` is UTC."""
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        if not settings.USE_TZ:
+            return self.as_sql(
+                compiler,
+                connection,
+                template="STRFTIME('%%%%Y-%%%%m-%%%%d %%%%H:%%%%M:%%%%f', 'NOW', 'localtime')",
+                **extra_context,
+            )
+        return super().as_sqlite(compiler, connection, **extra_context)

@@ -14,6 +14,22 @@ from django_sqlq.db.base import Finished, QueueOps
 # %% because Django's SQLite cursor turns %s into ? and %% into %.
 _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'))"
 _LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'), printf('%%+.6f seconds', %s))"
+# With USE_TZ = False, Django stores naive local times (TIME_ZONE, which Django also makes the
+# process's time zone): SQLite's 'now' is UTC, so the clock is read as local time too, or a
+# naive run_at an hour ahead would be hours in the past (or the future) by the claim's clock.
+_LOCAL_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', 'localtime')"
+_NOW_LOCAL = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, {_LOCAL_NOW}))"
+_LATER_LOCAL = (
+    f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, {_LOCAL_NOW}), "
+    "printf('%%+.6f seconds', %s))"
+)
+
+
+def _local_time() -> bool:
+    from django.conf import settings
+
+    return not settings.USE_TZ
+
 
 _LEASE_ERROR = (
     "json_insert(COALESCE(errors, '[]'), '$[#]', json_object("
@@ -91,10 +107,10 @@ class SQLiteOps(QueueOps):
         return _UUID4
 
     def now_sql(self) -> str:
-        return _NOW
+        return _NOW_LOCAL if _local_time() else _NOW
 
     def later_sql(self) -> str:
-        return _LATER
+        return _LATER_LOCAL if _local_time() else _LATER
 
     def append_error_sql(self) -> str:
         return "json_insert(COALESCE(errors, '[]'), '$[#]', json(%s))"
@@ -153,7 +169,7 @@ class SQLiteOps(QueueOps):
         in_sql, params = self.in_list_sql("queue", queues)
         sql = (
             f"EXPLAIN QUERY PLAN SELECT id FROM {self.table} WHERE status = 'pending' "
-            f"AND {in_sql} AND scheduled_at <= {_NOW} "
+            f"AND {in_sql} AND scheduled_at <= {self.now_sql()} "
             f"ORDER BY priority DESC, scheduled_at, id LIMIT 10"
         )
         with self.connection.cursor() as cursor:

@@ -273,10 +273,20 @@ def sqlq_worker(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[i
     [
         (["--concurrency", "0"], "argument --concurrency: must be at least 1, got 0"),
         (["--concurrency", "many"], "argument --concurrency: 'many' is not a whole number"),
+        (["--concurrency", "1001"], "argument --concurrency: must be at most 1000, got 1001"),
+        (["--processes", "100000"], "argument --processes: must be at most 1000, got 100000"),
         (["--max-jobs", "-5"], "argument --max-jobs: must be at least 1, got -5"),
         (
             ["--poll-interval", "nan"],
-            "argument --poll-interval: must be a positive number of seconds, got nan",
+            "argument --poll-interval: must be a number of seconds > 0 and <= 86400, got nan",
+        ),
+        (
+            ["--poll-interval", "1e10"],
+            "argument --poll-interval: must be a number of seconds > 0 and <= 86400, got 1e10",
+        ),
+        (
+            ["--interval", "86400.5"],
+            "argument --interval: must be a number of seconds >= 0 and <= 86400, got 86400.5",
         ),
         (["--queue", ""], "argument --queue: a queue name is 1 to 100 characters"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
@@ -330,3 +340,19 @@ def test_a_worker_started_before_migrate_says_so_and_exits(unmigrated_env):
         "CommandError: The jobs table does not exist in database 'default': "
         "run `python manage.py migrate` first."
     )
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_worker_that_cannot_reach_its_database_says_so_in_one_line(
+    processes, worker_env, tmp_path
+):
+    # SQLite: a file in a directory that does not exist; PostgreSQL: a port nobody serves.
+    env = {**worker_env, "SQLQ_TEST_RUN_DIR": str(tmp_path / "missing" / "dir"),
+           "SQLQ_TEST_PG_PORT": "1"}  # fmt: skip
+    code, stderr = sqlq_worker("--processes", processes, env=env)
+    assert code == 1, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("CommandError: Cannot use database 'default' (django.db.backends.")
+    assert "OperationalError" in lines[0]
+    assert "Traceback" not in stderr

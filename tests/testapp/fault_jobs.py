@@ -122,6 +122,8 @@ def raise_message(payload: dict[str, Any]) -> None:
         message += "\ud800"
     if payload.get("nul"):
         message += "\x00"
+    if payload.get("repeat"):
+        message *= payload["repeat"]
     raise ValueError(message)
 
 
@@ -140,3 +142,71 @@ def return_value(payload: dict[str, Any]) -> Any:
 def size(payload: dict[str, Any]) -> int:
     """The length of the payload's ``blob``: proves a big payload arrived whole."""
     return len(payload["blob"])
+
+
+# -- handlers that misuse their database connection (issue 11) ------------------------------
+
+
+@handler("faults.write_order")
+def write_order(payload: dict[str, Any]) -> int:
+    """An ordinary handler that writes a row: its write must be committed."""
+    from tests.testapp.models import Order
+
+    return Order.objects.create(item=payload["item"]).pk
+
+
+@handler("faults.leave_open")
+def leave_open(payload: dict[str, Any]) -> str:
+    """Return with the connection in a state a handler must not leave it in."""
+    from django.db import connection, transaction
+
+    from tests.testapp.models import Order
+
+    how = payload["how"]
+    if how == "autocommit":  # a write, never committed
+        transaction.set_autocommit(False)
+        Order.objects.create(item=how)
+    elif how == "autocommit_no_writes":
+        transaction.set_autocommit(False)
+        list(Order.objects.all())
+    elif how == "atomic":  # an atomic block entered and never exited
+        transaction.atomic().__enter__()
+        Order.objects.create(item=how)
+    elif how == "savepoint":  # a savepoint inside a transaction left open
+        transaction.set_autocommit(False)
+        Order.objects.create(item=how)
+        transaction.savepoint()
+        Order.objects.create(item=how + "-2")
+    elif how == "cursor":  # a cursor with rows not read, never closed
+        for n in range(3):
+            Order.objects.create(item=f"{how}-{n}")
+        cursor = connection.cursor()
+        cursor.execute("SELECT item FROM testapp_order")
+        cursor.fetchone()
+        payload["_keep"] = cursor  # type: ignore[assignment]
+    elif how == "close":  # the connection closed under the worker
+        Order.objects.create(item=how)
+        connection.close()
+    elif how == "close_in_atomic":
+        transaction.atomic().__enter__()
+        Order.objects.create(item=how)
+        connection.close()
+    else:  # pragma: no cover
+        raise ValueError(how)
+    return how
+
+
+@handler("faults.declared_timeout", timeout=0.5)
+def declared_timeout(payload: dict[str, Any]) -> int:
+    """Runs past its declared timeout (at most ``max_seconds``)."""
+    time.sleep(payload.get("max_seconds", 30))
+    return os.getpid()
+
+
+@handler("faults.unstorable_result")
+def unstorable_result(payload: dict[str, Any]) -> Any:
+    """Record the run (a side effect), then return what JSON cannot hold."""
+    import datetime
+
+    append_line(payload["path"], f"{payload['n']} {os.getpid()}")
+    return {"datetime": datetime.datetime.now(), "set": {1}}[payload["kind"]]

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import DatabaseError, connections
 
+from django_sqlq import validation
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError
-from django_sqlq.worker import Worker, WorkerError
+from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+from django_sqlq.validation import MAX_INTERVAL_SECONDS
+from django_sqlq.worker import Worker, WorkerError, unreachable
 
 # -v: (level of the django_sqlq loggers, level of the per-job lines). At the default (1),
 # the worker logs its start, a summary line every few seconds while it works, warnings and
@@ -44,20 +45,39 @@ def positive_int(value: str) -> int:
     return number
 
 
+# Threads per worker and processes per supervisor: more than this is a typo, not a plan
+# (each thread holds a database connection; the server's max_connections comes first).
+MAX_WORKERS = 1000
+
+
+def worker_count(value: str) -> int:
+    """--concurrency, --processes: 1 to MAX_WORKERS."""
+    number = positive_int(value)
+    if number > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_WORKERS}, got {number}")
+    return number
+
+
 def positive_float(value: str) -> float:
+    """Seconds: > 0 and at most a day (validation.MAX_INTERVAL_SECONDS)."""
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    if not (number > 0 and number <= MAX_INTERVAL_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+        )
     return number
 
 
 def queue_name(value: str) -> str:
     if not value or len(value) > 100:
         raise argparse.ArgumentTypeError("a queue name is 1 to 100 characters")
-    return value
+    try:
+        return validation.check_name("queue name", value, max_length=100)
+    except InvalidJobError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def queue_name_list(value: str) -> list[str]:
@@ -77,13 +97,15 @@ def queue_list(value: str) -> list[str]:
 
 
 def interval_seconds(value: str) -> float:
-    """db_worker's --interval: seconds, zero or more."""
+    """db_worker's --interval: seconds, zero or more, at most a day."""
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {value}")
+    if not (number >= 0 and number <= MAX_INTERVAL_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds >= 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+        )
     return number
 
 
@@ -148,6 +170,19 @@ def usage_error(message: str) -> CommandError:
 class Command(BaseCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
 
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        self._database = options.get("database") or None
+        return super().execute(*args, **options)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        # Django's system checks may open a connection (SQLite's JSON support is checked on
+        # one): a database that cannot be reached is one line here too, not a traceback.
+        try:
+            super().check(*args, **kwargs)
+        except DatabaseError as exc:
+            alias = getattr(self, "_database", None) or get_settings().DATABASE
+            raise CommandError(unreachable(alias, exc)) from exc
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--queue",
@@ -159,13 +194,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=positive_int,
+            type=worker_count,
             default=1,
             help="Jobs run at once, each in its own thread (default: 1).",
         )
         parser.add_argument(
             "--processes",
-            type=positive_int,
+            type=worker_count,
             default=1,
             metavar="N",
             help="Run N worker processes under one supervisor that restarts any that dies "
@@ -357,6 +392,15 @@ class Command(BaseCommand):
         }
         if processes > 1:
             from django_sqlq.supervisor import Supervisor
+
+            # Checked once here, before any child starts: a database that is missing or
+            # unmigrated is one clear line, not N children crash-looping.
+            try:
+                Worker(**worker_kwargs)._check_ready()
+            except WorkerError as exc:
+                raise CommandError(str(exc)) from exc
+            finally:
+                connections.close_all()
 
             sys.exit(
                 Supervisor(processes=processes, worker_kwargs=worker_kwargs, burst=burst).run()

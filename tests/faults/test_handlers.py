@@ -1,0 +1,149 @@
+"""Scenario 10: handlers that misbehave without raising (issue 11).
+
+- A handler that returns with its connection in a state it must not leave it in: autocommit
+  off with writes, an atomic block or a savepoint never exited, a cursor never closed, the
+  connection closed under the worker. The queue keeps running (on SQLite the database is
+  never left write-locked), ``--burst`` ends, SIGTERM finishes, and the job's outcome is
+  honest: writes rolled back mean a failed attempt, never a "completed" job whose writes
+  were silently lost; the next job's writes are committed.
+- A handler's declared ``timeout`` holds although the enqueuing process never imported it.
+- A return value JSON cannot hold fails the job at once: its side effects do not run again.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from django_sqlq import enqueue, registry
+from django_sqlq.models import Job, JobStatus
+from tests.faults.conftest import runs, until
+from tests.testapp import fault_jobs
+from tests.testapp.models import Order
+
+pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+
+# how -> (the misbehaving job's status, the rows it leaves behind)
+LEFT_OPEN = {
+    "autocommit": (JobStatus.FAILED, set()),
+    "atomic": (JobStatus.FAILED, set()),
+    "savepoint": (JobStatus.FAILED, set()),
+    "close_in_atomic": (JobStatus.FAILED, set()),  # its writes were lost with it
+    "autocommit_no_writes": (JobStatus.COMPLETED, set()),
+    "cursor": (JobStatus.COMPLETED, {"cursor-0", "cursor-1", "cursor-2"}),
+    "close": (JobStatus.COMPLETED, {"close"}),
+}
+
+
+def items() -> set[str]:
+    return set(Order.objects.values_list("item", flat=True))
+
+
+@pytest.mark.parametrize("how", sorted(LEFT_OPEN))
+def test_a_handler_that_leaves_its_connection_open_cannot_hurt_the_queue(how, spawn_worker):
+    bad = enqueue("faults.leave_open", {"how": how}, max_attempts=1, priority=10)
+    after = [enqueue("faults.write_order", {"item": f"after-{n}"}) for n in range(3)]
+    worker = spawn_worker("--burst", "--concurrency", "1")
+    assert worker.wait(60) == 0, worker.output()  # --burst ends
+    status, rows = LEFT_OPEN[how]
+    bad.refresh_from_db()
+    assert bad.status == status, bad.last_error
+    if status == JobStatus.FAILED:
+        assert "TransactionLeftOpenError" in bad.last_error
+        assert "uncommitted writes were rolled back" in bad.last_error
+    # What the misbehaving job wrote without committing is gone; every later job's write
+    # is there, and each of them completed.
+    assert items() == rows | {f"after-{n}" for n in range(3)}
+    for job in after:
+        job.refresh_from_db()
+        assert job.status == JobStatus.COMPLETED, job.last_error
+    assert "database is locked" not in worker.output()
+
+
+def test_after_a_transaction_left_open_the_worker_still_stops_on_sigterm(spawn_worker):
+    worker = spawn_worker("--concurrency", "1")
+    worker.wait_ready()
+    bad = enqueue("faults.leave_open", {"how": "autocommit"}, max_attempts=1)
+    until(lambda: Job.objects.get(pk=bad.pk).status == JobStatus.FAILED, 30, "job failed")
+    good = enqueue("faults.write_order", {"item": "later"})
+    until(lambda: Job.objects.get(pk=good.pk).status == JobStatus.COMPLETED, 30, "next job")
+    assert items() == {"later"}
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+    assert "database is locked" not in worker.output()
+
+
+def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(spawn_worker):
+    # As in a web process that never imported jobs.py: the registry does not know the type.
+    registry.unregister("faults.declared_timeout")
+    try:
+        job = enqueue("faults.declared_timeout", {"max_seconds": 60}, max_attempts=1)
+    finally:
+        registry.register(fault_jobs.declared_timeout, "faults.declared_timeout", timeout=0.5)
+    assert job.timeout is None  # only a timeout given to enqueue() is stored
+    worker = spawn_worker("--burst")
+    assert worker.wait(30) == 0, worker.output()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "JobTimeoutError" in job.last_error and "timeout of 0.5s" in job.last_error
+
+
+@pytest.mark.parametrize("kind", ["datetime", "set"])
+def test_a_result_that_cannot_be_stored_fails_the_job_at_once(kind, tmp_path: Path, spawn_worker):
+    path = tmp_path / "runs"
+    job = enqueue("faults.unstorable_result", {"path": str(path), "n": 1, "kind": kind},
+                  max_attempts=5)  # fmt: skip
+    worker = spawn_worker("--burst")
+    assert worker.wait(30) == 0, worker.output()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.FAILED, 1), job.last_error
+    assert "return value cannot be stored as JSON" in job.last_error
+    assert "failed without retry" in job.last_error
+    assert len(runs(path)[1]) == 1  # its side effect ran once
+
+
+# -- USE_TZ = False with a local time zone ---------------------------------------------------
+
+ZONE = "America/New_York"  # behind UTC: a naive local time read as UTC is hours in the past
+
+
+def test_naive_local_times_agree_with_the_database_clock(spawn_worker):
+    """USE_TZ = False and TIME_ZONE not UTC: naive run_at values are local time, and every
+    time the queue writes or compares (claims, retries, the admin's run-now) agrees."""
+    import datetime as dt
+
+    from django.test import override_settings
+
+    from django_sqlq import lifecycle
+
+    with override_settings(USE_TZ=False, TIME_ZONE=ZONE):
+        now = dt.datetime.now()  # naive, local (Django set the process's zone)
+        later = enqueue("tests.noop", run_at=now + dt.timedelta(hours=1))
+        delayed = enqueue("tests.noop", delay=3600)
+        due = enqueue("tests.noop", run_at=now - dt.timedelta(minutes=1))
+        failed = enqueue("tests.boom", max_attempts=1)
+        worker = spawn_worker("--burst", env={"SQLQ_TEST_LOCAL_TIME_ZONE": ZONE})
+        assert worker.wait(60) == 0, worker.output()
+        statuses = {
+            name: Job.objects.get(pk=job.pk).status
+            for name, job in (("later", later), ("delayed", delayed), ("due", due),
+                              ("failed", failed))
+        }  # fmt: skip
+        assert statuses == {"later": JobStatus.PENDING, "delayed": JobStatus.PENDING,
+                            "due": JobStatus.COMPLETED, "failed": JobStatus.FAILED}  # fmt: skip
+        # What the database wrote is local time too: within minutes of now, not hours.
+        done = Job.objects.get(pk=due.pk)
+        assert abs(done.completed_at - dt.datetime.now()) < dt.timedelta(minutes=5)
+        assert abs(Job.objects.get(pk=delayed.pk).scheduled_at - (now + dt.timedelta(hours=1))) \
+            < dt.timedelta(minutes=5)  # fmt: skip
+        # An operator's retry and run-now make jobs runnable now by the same clock.
+        lifecycle.retry_now([failed.pk])
+        lifecycle.run_now([later.pk])
+        worker = spawn_worker("--burst", env={"SQLQ_TEST_LOCAL_TIME_ZONE": ZONE})
+        assert worker.wait(60) == 0, worker.output()
+        assert Job.objects.get(pk=later.pk).status == JobStatus.COMPLETED
+        assert Job.objects.get(pk=failed.pk).status == JobStatus.FAILED  # ran (and failed) again
+        assert Job.objects.get(pk=failed.pk).attempts == 1
+        assert Job.objects.get(pk=delayed.pk).status == JobStatus.PENDING

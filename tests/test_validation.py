@@ -1,0 +1,240 @@
+"""Bounds at the door (django_sqlq.validation): every name, time and duration that enters
+through enqueue(), bulk_enqueue(), @handler, the tasks backend, settings.SQLQ or
+sqlq_worker's options, at its minimum, at its maximum and just past it. Nothing refused
+is written, on either engine."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import override_settings
+
+from django_sqlq import bulk_enqueue, enqueue, handler
+from django_sqlq.conf import get_settings
+from django_sqlq.exceptions import ConfigurationError, InvalidJobError, UnknownQueueError
+from django_sqlq.management.commands.sqlq_worker import (
+    interval,
+    positive_float,
+    queue_name,
+    worker_count,
+)
+from django_sqlq.models import Job
+from django_sqlq.validation import MAX_DELAY_SECONDS, RUN_AT_MAX, RUN_AT_MIN
+from django_sqlq.worker import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+US = timedelta(microseconds=1)
+SQLQ = {"QUEUES": ["default"], "POLL_INTERVAL": 0.05}
+
+
+def refused(match: str, **options):
+    """enqueue and bulk_enqueue both refuse ``options`` and write nothing."""
+    with pytest.raises(InvalidJobError, match=match):
+        enqueue("tests.noop", **options)
+    with pytest.raises(InvalidJobError, match=match):
+        bulk_enqueue("tests.noop", [{}, {}], **options)
+    assert not Job.objects.exists()
+
+
+def accepted(**options) -> Job:
+    job = enqueue("tests.noop", **options)
+    assert len(bulk_enqueue("tests.noop", [{}, {}], **options)) == 2
+    # Every row reads back (a row Python's datetime cannot hold breaks the admin's list).
+    assert len(list(Job.objects.all())) == 3
+    job.refresh_from_db()
+    return job
+
+
+# -- delay -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delay", [0, 0.0, timedelta(0), MAX_DELAY_SECONDS,
+                                   timedelta(seconds=MAX_DELAY_SECONDS)])  # fmt: skip
+def test_delay_at_its_bounds_is_accepted(delay):
+    accepted(delay=delay)
+
+
+@pytest.mark.parametrize(
+    "delay",
+    [-0.001, MAX_DELAY_SECONDS + 0.001, 1e12, timedelta(days=3_000_000), math.inf, math.nan,
+     timedelta(microseconds=-1)],
+)  # fmt: skip
+def test_delay_past_its_bounds_is_refused(delay):
+    refused("delay must be a finite number of seconds", delay=delay)
+
+
+# -- run_at ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_at", [RUN_AT_MIN, RUN_AT_MAX - US,
+                                    datetime(8999, 12, 31, 23, tzinfo=UTC)])  # fmt: skip
+def test_run_at_at_its_bounds_is_accepted(run_at):
+    job = accepted(run_at=run_at)
+    assert job.scheduled_at == run_at
+
+
+@pytest.mark.parametrize(
+    "run_at",
+    [RUN_AT_MIN - US, RUN_AT_MAX, datetime(9999, 12, 31, 23, 59, tzinfo=UTC),
+     datetime(1, 1, 1, tzinfo=UTC), datetime.max.replace(tzinfo=UTC)],
+)  # fmt: skip
+def test_run_at_past_its_bounds_is_refused(run_at):
+    refused("run_at must be between 1970-01-01 and 9000-01-01", run_at=run_at)
+
+
+@override_settings(USE_TZ=False)
+def test_naive_run_at_without_use_tz_has_the_same_bounds():
+    accepted(run_at=datetime(8999, 1, 1))
+    Job.objects.all().delete()
+    refused("run_at must be between", run_at=datetime(9999, 1, 1))
+    refused("run_at must be between", run_at=datetime(1969, 12, 31))
+
+
+# -- timeout ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [1e-6, 1, threading.TIMEOUT_MAX])
+def test_timeout_at_its_bounds_is_accepted(timeout):
+    assert accepted(timeout=timeout).timeout == timeout
+
+
+@pytest.mark.parametrize(
+    "timeout", [0, -1, threading.TIMEOUT_MAX * 1.0001, 1e10, math.inf, math.nan, True, "5"]
+)
+def test_timeout_past_its_bounds_is_refused(timeout):
+    refused("timeout must be", timeout=timeout)
+
+
+def test_a_handler_timeout_past_its_bounds_is_refused():
+    with pytest.raises(InvalidJobError, match="A handler timeout must be"):
+
+        @handler("tests.never_registered", timeout=1e10)
+        def never(payload):  # pragma: no cover
+            pass
+
+
+# -- names -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [("a\x00b", "NUL character"), ("a\udcffb", "lone surrogate"), ("\ud800", "lone surrogate")],
+)
+def test_type_names_no_engine_can_store_are_refused(name, match):
+    with pytest.raises(InvalidJobError, match=match):
+        enqueue(name)
+    with pytest.raises(InvalidJobError, match=match):
+        bulk_enqueue(name, [{}])
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("queue", ["a\x00b", "a\udcffb"])
+def test_queue_names_no_engine_can_store_are_refused(queue):
+    with pytest.raises(UnknownQueueError):
+        enqueue("tests.noop", queue=queue)
+    assert not Job.objects.exists()
+    with (
+        override_settings(SQLQ={"QUEUES": ["default", queue]}),
+        pytest.raises(ConfigurationError, match=r"SQLQ\['QUEUES'\]: A queue name cannot"),
+    ):
+        get_settings()
+    with pytest.raises(argparse.ArgumentTypeError, match="A queue name cannot"):
+        queue_name(queue)
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "low", "high"),
+    [
+        ("LEASE_SECONDS", 0.1, 86400),
+        ("POLL_INTERVAL", 0.001, 86400),
+        ("RETRY_BACKOFF_BASE", 0, MAX_DELAY_SECONDS),
+        ("RETRY_BACKOFF_MAX", 0, MAX_DELAY_SECONDS),
+        ("KEEP_FINISHED", 0, MAX_DELAY_SECONDS),
+        ("MAX_ATTEMPTS", 1, 2**31 - 1),
+    ],
+)
+def test_duration_settings_at_and_past_their_bounds(key, low, high):
+    for value in (low, high):
+        with override_settings(SQLQ={**SQLQ, key: value}):
+            assert getattr(get_settings(), key) == value
+    integer = key in ("KEEP_FINISHED", "MAX_ATTEMPTS")
+    step = 1 if integer else 0.0001
+    for value in (low - step, high + step, *(() if integer else (math.inf, math.nan))):
+        with (
+            override_settings(SQLQ={**SQLQ, key: value}),
+            pytest.raises(ConfigurationError, match=rf"SQLQ\['{key}'\] must be"),
+        ):
+            get_settings()
+
+
+POLICY_ANSWER: list[float] = [0.0]
+
+
+def policy(attempts: int) -> float:
+    return POLICY_ANSWER[0]
+
+
+@override_settings(SQLQ={**SQLQ, "RETRY_BACKOFF": "tests.test_validation.policy"})
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [(1e300, MAX_DELAY_SECONDS), (math.inf, MAX_DELAY_SECONDS), (math.nan, 0.0), (-5, 0.0),
+     (7, 7.0)],
+)  # fmt: skip
+def test_a_backoff_policy_answer_is_bounded(answer, expected):
+    from django_sqlq.lifecycle import backoff_seconds
+
+    POLICY_ANSWER[0] = answer
+    assert backoff_seconds(1) == expected
+
+
+# -- the worker's options --------------------------------------------------------------------
+
+
+def test_worker_durations_at_and_past_their_bounds():
+    assert positive_float("86400") == 86400
+    assert positive_float("0.001") == 0.001
+    assert interval("0") == 0 and interval("86400") == 86400
+    for bad in ("0", "-1", "86400.001", "1e10", "inf", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds"):
+            positive_float(bad)
+    for bad in ("-0.001", "86400.001", "inf", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds"):
+            interval(bad)
+    Worker(poll_interval=86400, lease_seconds=86400)
+    with pytest.raises(ValueError, match="poll_interval must be"):
+        Worker(poll_interval=1e10)
+    with pytest.raises(ValueError, match="lease_seconds must be"):
+        Worker(lease_seconds=math.inf)
+
+
+# -- the tasks backend -----------------------------------------------------------------------
+
+
+def test_the_tasks_backend_has_the_same_bounds():
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("no tasks framework installed")
+    from tests.testapp import tasks
+
+    tasks.add.using(run_after=RUN_AT_MAX - US).enqueue(1, 2)
+    assert len(list(Job.objects.all())) == 1
+    for run_after in (RUN_AT_MAX, datetime(9999, 12, 31, tzinfo=UTC), RUN_AT_MIN - US):
+        with pytest.raises(compat.InvalidTask, match="run_after must be between"):
+            tasks.add.using(run_after=run_after).enqueue(1, 2)
+    assert Job.objects.count() == 1
+
+
+def test_worker_counts_at_and_past_their_bounds():
+    assert worker_count("1") == 1 and worker_count("1000") == 1000
+    for bad in ("0", "1001", "1e9"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            worker_count(bad)
