@@ -42,7 +42,7 @@ def test_task_finished_is_sent_with_the_exception_in_hand(caplog):
     result = tasks.fail.enqueue("the reason")
     with caplog.at_level(logging.ERROR):
         run_burst()
-    assert Job.objects.get(pk=int(result.id)).status == JobStatus.FAILED
+    assert Job.objects.get(uuid=result.id).status == JobStatus.FAILED
     records = [r for r in caplog.records if r.name in ("django.tasks", "django_tasks")
                and r.levelno >= logging.ERROR]  # fmt: skip
     assert records, caplog.text

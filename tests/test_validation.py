@@ -17,7 +17,7 @@ from django_sqlq import bulk_enqueue, enqueue, handler
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError, UnknownQueueError
 from django_sqlq.management.commands.sqlq_worker import (
-    interval,
+    interval_seconds,
     positive_float,
     queue_name,
     worker_count,
@@ -201,13 +201,13 @@ def test_a_backoff_policy_answer_is_bounded(answer, expected):
 def test_worker_durations_at_and_past_their_bounds():
     assert positive_float("86400") == 86400
     assert positive_float("0.001") == 0.001
-    assert interval("0") == 0 and interval("86400") == 86400
+    assert interval_seconds("0") == 0 and interval_seconds("86400") == 86400
     for bad in ("0", "-1", "86400.001", "1e10", "inf", "nan"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds"):
             positive_float(bad)
     for bad in ("-0.001", "86400.001", "inf", "nan"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds"):
-            interval(bad)
+            interval_seconds(bad)
     Worker(poll_interval=86400, lease_seconds=86400)
     with pytest.raises(ValueError, match="poll_interval must be"):
         Worker(poll_interval=1e10)
