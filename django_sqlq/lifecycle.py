@@ -108,8 +108,10 @@ def claim(
     lease_seconds: float,
     now: datetime | None = None,
     exclude_queues: Sequence[str] = (),
+    turn: int = 0,
 ) -> list[ClaimedJob]:
-    """pending -> processing for up to ``limit`` runnable jobs, in one statement."""
+    """pending -> processing for up to ``limit`` runnable jobs, in one statement; the
+    queues take turns filling the batch, starting at the ``turn``-th."""
     return ops_for(alias).claim(
         queues=queues,
         worker_id=worker_id,
@@ -117,6 +119,7 @@ def claim(
         lease_seconds=lease_seconds,
         now=now,
         exclude_queues=exclude_queues,
+        turn=turn,
     )
 
 

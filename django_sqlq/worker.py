@@ -231,6 +231,7 @@ class Worker:
         self.jobs_done = 0
         self.jobs_failed = 0
         self.jobs_claimed = 0
+        self.claims = 0  # claim statements run; each starts at the next queue (fairness)
         self.forced = False
 
     # -- public ------------------------------------------------------------------------
@@ -342,7 +343,9 @@ class Worker:
                         lease_seconds=self.lease_seconds,
                         now=self.now(),
                         exclude_queues=self.exclude_queues,
+                        turn=self.claims,
                     )
+                    self.claims += 1
                     failures = 0
                 except DatabaseError as exc:
                     failures += 1

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django_sqlq import bulk_enqueue, lifecycle
 from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
+from django_sqlq.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,19 +88,73 @@ def _fill_finished_rows(count: int) -> None:
     Job.objects.filter(pk__in=[job.pk for job in jobs]).update(status=JobStatus.COMPLETED)
 
 
-def test_claim_uses_the_partial_index():
-    _fill_finished_rows(5000)
-    bulk_enqueue("tests.noop", [{} for _ in range(2000)])
-    ops = ops_for("default")
-    if connection.vendor == "sqlite":
-        # Without statistics (a new SQLite database) and with them (after ANALYZE or PRAGMA
-        # optimize): with them, SQLite once chose the index with a sort of every pending job.
-        plan = ops.explain_claim(["default"])
-        assert "sqlq_job_claim_idx" in plan and "TEMP B-TREE" not in plan, plan
+def _fill_queues(per_queue: int, queues: list[str]) -> None:
+    """``per_queue`` runnable jobs in each of ``queues``, by set-based SQL, then ANALYZE."""
+    _fill_finished_rows(2000)
+    for queue in queues:
+        jobs = bulk_enqueue("tests.noop", [{} for _ in range(per_queue)], queue=queue)
+        # Spread the priorities, so that a plan reading several queues at once must sort.
+        Job.objects.filter(pk__in=[job.pk for job in jobs[::3]]).update(priority=5)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE sqlq_job")
-    plan = ops.explain_claim(["default"])
-    assert "sqlq_job_claim_idx" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def _worker_claim_sql(**worker_options) -> list[str]:
+    """The claim statements a real worker runs (captured as executed, parameters in)."""
+    with CaptureQueriesContext(connection) as queries:
+        Worker(max_jobs=1, **worker_options).run(burst=True, install_signal_handlers=False)
+    claims = [q["sql"] for q in queries if "SET status = 'processing'" in q["sql"]]
+    assert claims, [q["sql"] for q in queries]
+    return claims
+
+
+def _plan(sql: str) -> str:
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+            return "\n".join(str(row[-1]) for row in cursor.fetchall())
+        cursor.execute(f"EXPLAIN {sql}")
+        return "\n".join(str(row[0]) for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"queues": ["emails"]},
+        {"queues": ["emails", "reports"]},
+        {"all_queues": True},
+        {"queues": ["default", "emails", "reports"], "exclude_queues": ["reports"]},
+        {"all_queues": True, "exclude_queues": ["default"]},
+    ],
+    ids=["one queue", "two queues", "all queues", "exclusion list", "all but one"],
+)
+def test_the_workers_claim_reads_its_index_in_order(options):
+    """EXPLAIN the statement the worker runs: each queue's runnable jobs are read from the
+    claim index in its order; the backlog is never sorted."""
+    _fill_queues(1500, ["default", "emails", "reports"])
+    for sql in _worker_claim_sql(**options):
+        plan = _plan(sql)
+        assert "sqlq_job_claim_idx" in plan, plan
+        if connection.vendor == "sqlite":
+            assert "TEMP B-TREE" not in plan, plan
+        else:
+            assert "Sort" not in plan, plan
+            assert "Seq Scan on sqlq_job" not in plan, plan
+
+
+def test_a_claim_takes_queues_in_turn():
+    """A queue with a few jobs is not starved by one with many: the queues take turns."""
+    bulk_enqueue("tests.noop", [{} for _ in range(300)], queue="default")
+    bulk_enqueue("tests.noop", [{} for _ in range(3)], queue="emails")
+    ops = ops_for("default")
+    batches = [
+        ops.claim(queues=queues, worker_id="w", limit=10, lease_seconds=30, turn=turn)
+        for turn, queues in enumerate([["default", "emails"], ["default", "emails"], None])
+    ]
+    # Turn 0 starts with "default" (it fills the batch); turn 1 starts with "emails" (its 3
+    # jobs, then 7 from "default"); turn 2 serves every queue, and only "default" is left.
+    assert [[job.queue for job in batch].count("emails") for batch in batches] == [0, 3, 0]
+    assert [len(batch) for batch in batches] == [10, 10, 10]
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])

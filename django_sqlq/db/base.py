@@ -110,39 +110,27 @@ class QueueOps:
         lease_seconds: float,
         now: datetime | None = None,
         exclude_queues: Sequence[str] = (),
+        turn: int = 0,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` runnable jobs in one ``UPDATE ... RETURNING``.
 
-        ``queues=None`` serves every queue but ``exclude_queues``. Returned in claim order.
+        Each queue is read on its own, in the claim index's order (priority, then
+        ``scheduled_at``, then id), so nothing is sorted however deep the backlog. Queues
+        take turns: the batch is filled from the queues in order, starting at the
+        ``turn``-th (the worker counts its claims), so a queue with a few jobs is served
+        within one round however many wait in the others.
+
+        ``queues=None`` serves every queue holding pending jobs (found through the claim
+        index) but ``exclude_queues``. Returned in (priority, ``scheduled_at``, id) order.
         """
         if limit < 1:
             return []
-        clock = self.clock(now)
-        now_sql, later_sql = self.now_sql(), self.later_sql()
-        queue_params: list[Any] = []
-        if queues is None:
-            queue_sql = ""
-        else:
-            in_sql, queue_params = self.in_list_sql("queue", queues)
-            queue_sql = f"AND {in_sql} "
-        if exclude_queues:
-            not_sql, not_params = self.in_list_sql("queue", exclude_queues)
-            queue_sql += f"AND NOT {not_sql} "
-            queue_params = [*queue_params, *not_params]
-        columns = CLAIM_COLUMNS.replace("scheduled_at", self.raw_datetime("scheduled_at"))
-        sql = (
-            f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
-            f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
-            f"lease_expires_at = {later_sql}, updated_at = {now_sql} "
-            f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'pending' "
-            f"{queue_sql}AND scheduled_at <= {now_sql} "
-            f"ORDER BY priority DESC, scheduled_at, id LIMIT %s{self.skip_locked()}) "
-            f"RETURNING {columns}"
+        order = self.claim_queues(queues, exclude_queues, turn=turn)
+        if not order:
+            return []
+        sql, params = self.claim_sql(
+            order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now
         )
-        params = [
-            worker_id, clock, clock, clock, lease_seconds, clock,
-            *queue_params, clock, limit,
-        ]  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -150,6 +138,66 @@ class QueueOps:
         jobs = list(map(ClaimedJob._make, rows))
         jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
         return jobs
+
+    def claim_queues(
+        self, queues: Sequence[str] | None, exclude_queues: Sequence[str] = (), *, turn: int = 0
+    ) -> list[str]:
+        """The queues one claim reads, in the order it reads them: ``queues`` (else every
+        queue with pending jobs) less ``exclude_queues``, rotated by ``turn``."""
+        names = list(dict.fromkeys(queues)) if queues is not None else self.pending_queues()
+        if exclude_queues:
+            excluded = set(exclude_queues)
+            names = [name for name in names if name not in excluded]
+        if len(names) > 1:
+            start = turn % len(names)
+            names = names[start:] + names[:start]
+        return names
+
+    def pending_queues(self) -> list[str]:
+        """The distinct queues of the pending jobs, in name order: a skip scan of the claim
+        index (one index probe per queue), not a read of every pending row."""
+        sql = (
+            f"WITH RECURSIVE q(name) AS ("
+            f"SELECT MIN(queue) FROM {self.table} WHERE status = 'pending' "
+            f"UNION ALL SELECT (SELECT MIN(queue) FROM {self.table} "
+            f"WHERE status = 'pending' AND queue > q.name) FROM q WHERE q.name IS NOT NULL"
+            f") SELECT name FROM q WHERE name IS NOT NULL"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql)
+            return [row[0] for row in cursor.fetchall()]
+
+    def claim_sql(
+        self,
+        queues: Sequence[str],
+        *,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> tuple[str, list[Any]]:
+        """The claim statement and its parameters, exactly as :meth:`claim` runs them, for
+        ``queues`` read in that order (tests EXPLAIN it)."""
+        clock = self.clock(now)
+        now_sql, later_sql = self.now_sql(), self.later_sql()
+        picked_sql, picked_params = self.claim_ids_sql(queues, limit=limit, clock=clock)
+        columns = CLAIM_COLUMNS.replace("scheduled_at", self.raw_datetime("scheduled_at"))
+        sql = (
+            f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
+            f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
+            f"lease_expires_at = {later_sql}, updated_at = {now_sql} "
+            f"WHERE id IN ({picked_sql}) "
+            f"RETURNING {columns}"
+        )
+        params = [worker_id, clock, clock, clock, lease_seconds, clock, *picked_params]
+        return sql, params
+
+    def claim_ids_sql(
+        self, queues: Sequence[str], *, limit: int, clock: Any
+    ) -> tuple[str, list[Any]]:
+        """A SELECT of the ids to claim: up to ``limit`` runnable jobs, each queue's read in
+        the claim index's order, the queues in the order given."""
+        raise NotImplementedError
 
     def complete(
         self, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
@@ -424,7 +472,3 @@ class QueueOps:
         """Start a thread that calls ``wake()`` when jobs for ``queues`` are committed, if
         the engine can tell. Returns it, or None."""
         return None
-
-    def explain_claim(self, queues: Sequence[str]) -> str:
-        """The plan of the claim's inner SELECT (for tests and ``sqlq_doctor``)."""
-        raise NotImplementedError

@@ -146,13 +146,17 @@ class PostgreSQLOps(QueueOps):
             for queue in sorted(set(queues)):
                 cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
 
-    def explain_claim(self, queues: Sequence[str]) -> str:
-        in_sql, params = self.in_list_sql("queue", queues)
+    def claim_ids_sql(
+        self, queues: Sequence[str], *, limit: int, clock: Any
+    ) -> tuple[str, list[Any]]:
+        # One index scan per queue (LATERAL), each in the claim index's order and skipping
+        # rows other workers hold; the nested loop reads the queues in the array's order
+        # and stops once ``limit`` rows are locked, so later queues are not even read.
         sql = (
-            f"EXPLAIN SELECT id FROM {self.table} WHERE status = 'pending' "
-            f"AND {in_sql} AND scheduled_at <= {_NOW} "
-            f"ORDER BY priority DESC, scheduled_at, id LIMIT 10 FOR UPDATE SKIP LOCKED"
+            f"SELECT picked.id FROM unnest(%s::text[]) WITH ORDINALITY AS q(name, n) "
+            f"CROSS JOIN LATERAL (SELECT id FROM {self.table} WHERE status = 'pending' "
+            f"AND queue = q.name AND scheduled_at <= {_NOW} "
+            f"ORDER BY priority DESC, scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+            f"AS picked LIMIT %s"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*params, None])
-            return "\n".join(str(row[0]) for row in cursor.fetchall())
+        return sql, [list(queues), clock, limit, limit]
