@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import queue as queue_module
 import signal
@@ -59,6 +60,8 @@ FLUSH_BATCH = 100
 FLUSH_INTERVAL = 0.01
 # Fast jobs are claimed ahead, up to MAX_PREFETCH or about PREFETCH_WINDOW seconds of work.
 MAX_PREFETCH = 200
+# Scheduled jobs moved to pending per statement, oldest first, when their time has come.
+PROMOTE_BATCH = 1000
 PREFETCH_WINDOW = 0.05
 
 
@@ -232,6 +235,7 @@ class Worker:
         self.jobs_failed = 0
         self.jobs_claimed = 0
         self.claims = 0  # claim statements run; each starts at the next queue (fairness)
+        self._due_at = 0.0  # time.monotonic() when the next scheduled job is due (see _stage)
         self.forced = False
 
     # -- public ------------------------------------------------------------------------
@@ -333,8 +337,11 @@ class Worker:
             limit = self._claim_limit()
             idle = self._busy == 0 and not self._done
             due = time.monotonic() - last_claim >= self.poll_interval
-            if limit > 0 and (queue_may_have_more or (idle and burst) or due or changes.seen()):
+            woke = (idle and burst) or due or changes.seen()
+            coming_due = time.monotonic() >= self._due_at
+            if limit > 0 and (queue_may_have_more or woke or coming_due):
                 try:
+                    self._stage(recheck=woke)
                     claimed = lifecycle.claim(
                         self.database,
                         queues=self.queues,
@@ -370,6 +377,25 @@ class Worker:
             self._wake.wait(self._wait_time(last_claim, changes))
             self._wake.clear()
 
+    def _stage(self, *, recheck: bool) -> None:
+        """Move the scheduled jobs whose time has come to pending, before a claim. Cheap
+        when none is due: the worker knows when the next one is (``_due_at``), and re-reads
+        that (one index probe) only when woken, as another process may have scheduled an
+        earlier job."""
+        if recheck:
+            self._learn_next_due()
+        if time.monotonic() < self._due_at:
+            return
+        moved = lifecycle.promote(self.database, limit=PROMOTE_BATCH, now=self.now())
+        if moved == PROMOTE_BATCH:
+            self._due_at = 0.0  # more are due: promote again before the next claim
+        else:
+            self._learn_next_due()
+
+    def _learn_next_due(self) -> None:
+        seconds = lifecycle.next_due_in(self.database, now=self.now())
+        self._due_at = math.inf if seconds is None else time.monotonic() + max(seconds, 0.0)
+
     def _claim_limit(self) -> int:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast
         (so that one statement claims many), refilled at half capacity."""
@@ -395,6 +421,11 @@ class Worker:
 
     def _wait_time(self, last_claim: float, changes: _ChangeWatch) -> float:
         wait = max(0.0, self.poll_interval - (time.monotonic() - last_claim))
+        # Wake when the next scheduled job comes due, to start it within the pickup latency.
+        # (Once due, it is staged at the next claim: when a slot is free.)
+        until_due = self._due_at - time.monotonic()
+        if until_due > 0:
+            wait = min(wait, until_due)
         if self._done:
             wait = min(wait, max(0.0, self._done_since + FLUSH_INTERVAL - time.monotonic()))
         return min(wait, changes.interval)

@@ -627,17 +627,18 @@ def test_bulk_retry_resets_failed_and_cancelled_and_skips_the_rest(login: Any) -
 
 def test_bulk_cancel_and_run_now(login: Any) -> None:
     now = timezone.now()
-    later = make_job(scheduled_at=now + timedelta(hours=2))
+    later = make_job(scheduled_at=now + timedelta(hours=2), status=JobStatus.SCHEDULED)
     due = make_job(scheduled_at=now - timedelta(minutes=5))
     failed = failed_job()
     client = login("operator")
     response = _act(client, "run_jobs_now", [later, due, failed])
     assert messages_of(response) == [
-        "Scheduled 1 job to run now. Skipped 2 jobs (1 already due, 1 failed): only pending "
-        "jobs scheduled in the future can be brought forward."
+        "Scheduled 1 job to run now. Skipped 2 jobs (1 already due, 1 failed): only jobs "
+        "scheduled in the future can be brought forward."
     ]
     later.refresh_from_db()
     assert later.scheduled_at <= timezone.now()
+    assert later.status == JobStatus.PENDING  # in the claim's index: a worker takes it
     response = _act(client, "cancel_jobs", [later, due, failed])
     assert messages_of(response)[0].startswith("Cancelled 2 jobs. Skipped 1 job (1 failed)")
     assert set(Job.objects.values_list("status", flat=True)) == {"cancelled", "failed"}

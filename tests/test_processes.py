@@ -143,3 +143,15 @@ def test_processes_supervisor_stopped_while_its_children_start_exits_0(spawn_wor
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(timeout=60) == 0, supervisor.output()
     assert "died" not in supervisor.output()
+
+
+def test_a_job_that_comes_due_while_the_worker_sleeps_starts_without_a_poll(spawn_worker):
+    """A scheduled job waits out of the claim's index; the idle worker wakes when it is due
+    (not at its next poll: the poll interval here is a minute) and runs it."""
+    worker = spawn_worker("--poll-interval", "60", "-v", "0")
+    worker.wait_ready()
+    job = enqueue("tests.noop", delay=1.5)
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SCHEDULED
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=30)
+    done = Job.objects.get(pk=job.pk)
+    assert done.started_at >= done.scheduled_at and done.attempts == 1

@@ -242,8 +242,9 @@ class QueueOps:
         else:
             scheduled_params = [None, delay_seconds or 0]
         params = [
-            fields["queue"], fields["type"], payload, fields["priority"], fields["max_attempts"],
-            fields["timeout"], "[]", *scheduled_params, None, None,
+            fields["queue"], fields["type"], payload, *scheduled_params, None,
+            fields["priority"], fields["max_attempts"], fields["timeout"], "[]",
+            *scheduled_params, None, None,
         ]  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(self._insert_one_sql(scheduled is not None), params)
@@ -261,13 +262,19 @@ class QueueOps:
             sql = self.with_notify(
                 f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
                 f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, "
-                f"updated_at, locked_by) VALUES (%s, %s, {self.json_param_sql()}, 'pending', "
+                f"updated_at, locked_by) VALUES (%s, %s, {self.json_param_sql()}, "
+                f"{self.initial_status_sql(scheduled_sql)}, "
                 f"%s, 0, %s, {self.float_param_sql()}, '', {self.json_param_sql()}, "
                 f"{scheduled_sql}, {now_sql}, {now_sql}, '') "
                 f"RETURNING id, scheduled_at, created_at"
             )
             self._insert_one_cache[key] = sql
         return sql
+
+    def initial_status_sql(self, scheduled_sql: str) -> str:
+        """A new job's status: ``scheduled`` when ``scheduled_sql`` (its parameters, then the
+        clock's) is later than now, else ``pending``."""
+        return f"CASE WHEN {scheduled_sql} > {self.now_sql()} THEN 'scheduled' ELSE 'pending' END"
 
     def with_notify(self, insert_sql: str) -> str:
         """The INSERT ... RETURNING statement, extended to wake workers on commit."""
@@ -284,16 +291,17 @@ class QueueOps:
         retry_in: float | None,
         now: datetime | None = None,
     ) -> str | None:
-        """Record a failed attempt: back to pending after ``retry_in`` seconds while attempts
-        remain (``retry_in=None``: no retry), else failed. Returns the new status, or None if
-        this worker no longer held the job (fenced)."""
+        """Record a failed attempt: ``scheduled`` again ``retry_in`` seconds ahead (``pending``
+        for no wait) while attempts remain (``retry_in=None``: no retry), else failed. Returns
+        the new status, or None if this worker no longer held the job (fenced)."""
         clock = self.clock(now)
         now_sql, later_sql = self.now_sql(), self.later_sql()
         retry = retry_in is not None
         final = "(attempts >= max_attempts OR %s)"
         sql = (
             f"UPDATE {self.table} SET "
-            f"status = CASE WHEN {final} THEN 'failed' ELSE 'pending' END, "
+            f"status = CASE WHEN {final} THEN 'failed' "
+            f"WHEN {self.float_param_sql()} > 0 THEN 'scheduled' ELSE 'pending' END, "
             f"scheduled_at = CASE WHEN {final} THEN scheduled_at ELSE {later_sql} END, "
             f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
             f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
@@ -303,7 +311,7 @@ class QueueOps:
             f"RETURNING status"
         )
         params = [
-            not retry,
+            not retry, retry_in or 0,
             not retry, clock, retry_in or 0,
             not retry, clock,
             not retry,
@@ -331,6 +339,42 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [self.clock(now), *in_params, worker_id])
             return int(cursor.rowcount)
+
+    def promote(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        """Move up to ``limit`` scheduled jobs whose time has come to pending (oldest first),
+        where the claim finds them. Reads the scheduled jobs' own index: nothing when none is
+        due. Returns how many were moved."""
+        clock = self.clock(now)
+        now_sql = self.now_sql()
+        sql = self.with_promote_notify(
+            f"UPDATE {self.table} SET status = 'pending', updated_at = {now_sql} "
+            f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'scheduled' "
+            f"AND scheduled_at <= {now_sql} ORDER BY scheduled_at LIMIT %s"
+            f"{self.skip_locked()}) AND {self.unindexed('status')} = 'scheduled' RETURNING queue"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [clock, clock, limit])
+            return len(cursor.fetchall())
+
+    def with_promote_notify(self, update_sql: str) -> str:
+        """The promotion's UPDATE ... RETURNING queue, extended to wake idle workers."""
+        return update_sql
+
+    def next_due_in(self, *, now: datetime | None = None) -> float | None:
+        """Seconds until the earliest scheduled job is due (<= 0: due now), by the database's
+        clock; None when no job is scheduled. One probe of the scheduled jobs' index."""
+        sql = (
+            f"SELECT {self.seconds_between_sql('MIN(scheduled_at)', self.now_sql())} "
+            f"FROM {self.table} WHERE status = 'scheduled'"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [self.clock(now)])
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def seconds_between_sql(self, later: str, earlier: str) -> str:
+        """SQL for ``later - earlier`` in seconds (two timestamps)."""
+        raise NotImplementedError
 
     def reap(self, *, now: datetime | None = None) -> list[tuple[int, str, str, int]]:
         """Return jobs whose lease ran out to pending (or failed once their attempts are
@@ -394,14 +438,16 @@ class QueueOps:
             f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
             f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
             f"locked_by) "
-            f"SELECT %s, %s, {payload_sql}, 'pending', %s, 0, %s, {self.float_param_sql()}, '', "
+            f"SELECT %s, %s, {payload_sql}, {self.initial_status_sql(scheduled_sql)}, %s, 0, %s, "
+            f"{self.float_param_sql()}, '', "
             f"{self.json_param_sql()}, {scheduled_sql}, {now_sql}, {now_sql}, '' "
             f"FROM {source} ORDER BY {order_sql} "
             f"RETURNING id, {self.raw_datetime('scheduled_at')}, {self.raw_datetime('created_at')}"
         )
         params = [
-            fields["queue"], fields["type"], fields["priority"], fields["max_attempts"],
-            fields["timeout"], "[]", *scheduled_params, None, None, payloads_param,
+            fields["queue"], fields["type"], *scheduled_params, None, fields["priority"],
+            fields["max_attempts"], fields["timeout"], "[]", *scheduled_params, None, None,
+            payloads_param,
         ]  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(self.with_notify(sql), params)

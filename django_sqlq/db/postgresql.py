@@ -122,6 +122,16 @@ class PostgreSQLOps(QueueOps):
             f"SELECT id, scheduled_at, created_at, pg_notify('{CHANNEL}', queue) FROM inserted"
         )
 
+    def with_promote_notify(self, update_sql: str) -> str:
+        # Idle workers of the promoted jobs' queues wake on commit, as after an enqueue.
+        return (
+            f"WITH promoted AS ({update_sql}) "
+            f"SELECT queue, pg_notify('{CHANNEL}', queue) FROM promoted"
+        )
+
+    def seconds_between_sql(self, later: str, earlier: str) -> str:
+        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
+
     def listen(
         self,
         *,

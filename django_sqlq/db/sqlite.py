@@ -90,6 +90,9 @@ class SQLiteOps(QueueOps):
     def lease_error_sql(self) -> str:
         return _LEASE_ERROR
 
+    def seconds_between_sql(self, later: str, earlier: str) -> str:
+        return f"((julianday({later}) - julianday({earlier})) * 86400.0)"
+
     def unindexed(self, column: str) -> str:
         # Unary + keeps SQLite from scanning the status index for every row of the batch;
         # the batch's ids lead, through the primary key.
