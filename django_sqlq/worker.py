@@ -62,6 +62,11 @@ FLUSH_INTERVAL = 0.01
 MAX_PREFETCH = 200
 # Scheduled jobs moved to pending per statement, oldest first, when their time has come.
 PROMOTE_BATCH = 1000
+# PostgreSQL: VACUUM the jobs table (QueueOps.tidy) once this worker has claimed this many
+# jobs since the last time, in a thread of its own, and then no sooner than TIDY_SPACING
+# times the last VACUUM's duration (a bound on its share of the time on a big table).
+TIDY_EVERY = 5_000
+TIDY_SPACING = 1.0
 PREFETCH_WINDOW = 0.05
 
 
@@ -236,6 +241,10 @@ class Worker:
         self.jobs_claimed = 0
         self.claims = 0  # claim statements run; each starts at the next queue (fairness)
         self._due_at = 0.0  # time.monotonic() when the next scheduled job is due (see _stage)
+        self._since_tidy = 0  # jobs claimed since the last tidy (see _maybe_tidy)
+        self._tidy_after = 0.0
+        self._tidy_off = not ops_for(self.database).needs_tidy
+        self._tidy_thread: threading.Thread | None = None
         self.forced = False
 
     # -- public ------------------------------------------------------------------------
@@ -296,6 +305,8 @@ class Worker:
                         for thread in runners:
                             _join(thread)
                         self._flush(force=True)
+                        if self._tidy_thread is not None:
+                            _join(self._tidy_thread)
         except ForcedStop:
             forced = True
             self.forced = True  # from here on, database writes are tried once, not retried
@@ -366,6 +377,7 @@ class Worker:
                     with self._busy_lock:
                         self._busy += len(claimed)
                     self.jobs_claimed += len(claimed)
+                    self._maybe_tidy(len(claimed))
                     self._inbox.put_many(claimed)
                     self._flush(force=False)
                     continue
@@ -395,6 +407,40 @@ class Worker:
     def _learn_next_due(self) -> None:
         seconds = lifecycle.next_due_in(self.database, now=self.now())
         self._due_at = math.inf if seconds is None else time.monotonic() + max(seconds, 0.0)
+
+    def _maybe_tidy(self, claimed: int) -> None:
+        """Start a tidy (PostgreSQL: VACUUM the jobs table) after TIDY_EVERY claims, unless
+        one is running or the last one ended too recently."""
+        self._since_tidy += claimed
+        if self._tidy_off or self._since_tidy < TIDY_EVERY:
+            return
+        if time.monotonic() < self._tidy_after:
+            return
+        if self._tidy_thread is not None and self._tidy_thread.is_alive():
+            return
+        self._since_tidy = 0
+        self._tidy_thread = threading.Thread(target=self._tidy, name="sqlq-tidy", daemon=True)
+        self._tidy_thread.start()
+
+    def _tidy(self) -> None:
+        started = time.monotonic()
+        try:
+            ran = ops_for(self.database).tidy()
+        except DatabaseError as exc:
+            self._tidy_off = True
+            logger.warning(
+                "Worker %s: VACUUM of the jobs table failed (%s); not trying again. The claim "
+                "slows down during long bursts until autovacuum runs.",
+                self.worker_id,
+                exc,
+            )
+            return
+        finally:
+            connections[self.database].close()
+        elapsed = time.monotonic() - started
+        self._tidy_after = time.monotonic() + elapsed * TIDY_SPACING
+        if ran:
+            logger.debug("Worker %s: vacuumed the jobs table in %.3fs", self.worker_id, elapsed)
 
     def _claim_limit(self) -> int:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast

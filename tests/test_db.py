@@ -7,6 +7,7 @@ import threading
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections
+from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from django_sqlq import bulk_enqueue, lifecycle
@@ -95,17 +96,30 @@ def _fill_queues(per_queue: int, queues: list[str]) -> None:
         jobs = bulk_enqueue("tests.noop", [{} for _ in range(per_queue)], queue=queue)
         # Spread the priorities, so that a plan reading several queues at once must sort.
         Job.objects.filter(pk__in=[job.pk for job in jobs[::3]]).update(priority=5)
+    # Jobs for tomorrow (never in the claim's index), and a few scheduled ones already due.
+    bulk_enqueue("tests.noop", [{} for _ in range(3000)], delay=86400)
+    due = bulk_enqueue("tests.noop", [{} for _ in range(3)], delay=86400)
+    Job.objects.filter(pk__in=[job.pk for job in due]).update(scheduled_at=Now())
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE sqlq_job")
 
 
-def _worker_claim_sql(**worker_options) -> list[str]:
-    """The claim statements a real worker runs (captured as executed, parameters in)."""
+def _worker_sql(**worker_options) -> dict[str, list[str]]:
+    """The statements a real worker runs to find work (captured as executed, parameters in):
+    its claims, its promotions of due scheduled jobs, its reads of the next due time."""
     with CaptureQueriesContext(connection) as queries:
         Worker(max_jobs=1, **worker_options).run(burst=True, install_signal_handlers=False)
-    claims = [q["sql"] for q in queries if "SET status = 'processing'" in q["sql"]]
-    assert claims, [q["sql"] for q in queries]
-    return claims
+    found: dict[str, list[str]] = {"claim": [], "promote": [], "next due": []}
+    for query in queries:
+        sql = query["sql"]
+        if "SET status = 'processing'" in sql:
+            found["claim"].append(sql)
+        elif "SET status = 'pending'" in sql and "status = 'scheduled'" in sql:
+            found["promote"].append(sql)
+        elif "MIN(scheduled_at)" in sql:
+            found["next due"].append(sql)
+    assert all(found.values()), [q["sql"] for q in queries]
+    return found
 
 
 def _plan(sql: str) -> str:
@@ -132,14 +146,25 @@ def test_the_workers_claim_reads_its_index_in_order(options):
     """EXPLAIN the statement the worker runs: each queue's runnable jobs are read from the
     claim index in its order; the backlog is never sorted."""
     _fill_queues(1500, ["default", "emails", "reports"])
-    for sql in _worker_claim_sql(**options):
+    statements = _worker_sql(**options)
+    for sql in statements["claim"]:
         plan = _plan(sql)
         assert "sqlq_job_claim_idx" in plan, plan
-        if connection.vendor == "sqlite":
-            assert "TEMP B-TREE" not in plan, plan
-        else:
-            assert "Sort" not in plan, plan
-            assert "Seq Scan on sqlq_job" not in plan, plan
+        _assert_no_sort_no_scan(plan)
+    # Future jobs are read only through their own index, oldest first: never scanned.
+    for sql in statements["promote"] + statements["next due"]:
+        plan = _plan(sql)
+        assert "sqlq_job_scheduled_idx" in plan, plan
+        _assert_no_sort_no_scan(plan)
+
+
+def _assert_no_sort_no_scan(plan: str) -> None:
+    if connection.vendor == "sqlite":
+        assert "TEMP B-TREE" not in plan, plan
+        assert "SCAN sqlq_job" not in plan, plan
+    else:
+        assert "Sort" not in plan, plan
+        assert "Seq Scan on sqlq_job" not in plan, plan
 
 
 def test_a_claim_takes_queues_in_turn():
@@ -203,3 +228,40 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
             # By primary key, or through the few processing rows (the lease index): never a
             # scan of the whole table.
             assert "Seq Scan on sqlq_job" not in plan, plan
+
+
+def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():
+    ops = ops_for("default")
+    if connection.vendor != "postgresql":
+        assert not ops.needs_tidy and ops.tidy() is False  # SQLite leaves no dead entries
+        return
+    from django_sqlq.db.postgresql import TIDY_LOCK
+
+    assert ops.needs_tidy and ops.tidy() is True
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'sqlq_job'")
+        assert cursor.fetchone()[0] >= 1
+    # Another worker is at it (it holds the lock): this one does not wait, it skips.
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [TIDY_LOCK])
+        assert ops.tidy() is False
+    finally:
+        other.close()
+    assert ops.tidy() is True
+
+
+def test_a_worker_tidies_after_many_claims(monkeypatch):
+    from django_sqlq import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "TIDY_EVERY", 20)
+    tidied = []
+    original = type(ops_for("default")).tidy
+    monkeypatch.setattr(
+        type(ops_for("default")), "tidy", lambda self: tidied.append(1) or original(self)
+    )
+    bulk_enqueue("tests.noop", [{} for _ in range(60)])
+    Worker().run(burst=True, install_signal_handlers=False)
+    assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 60
+    assert bool(tidied) == (connection.vendor == "postgresql")

@@ -50,6 +50,8 @@ class QueueOps:
 
     table = "sqlq_job"
     worker_table = "sqlq_worker"
+    #: Whether workers should call :meth:`tidy` after many claims.
+    needs_tidy = False
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
@@ -495,6 +497,12 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
+
+    def tidy(self) -> bool:
+        """Maintenance after many claims: clear what finished jobs left in the claim's index.
+        Returns True if it ran. Default: nothing to do (SQLite deletes index entries in
+        place)."""
+        return False
 
     def notify(self, queues: Sequence[str]) -> None:
         """Wake idle workers once the current transaction commits. Default: nothing."""
