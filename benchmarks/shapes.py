@@ -5,14 +5,17 @@
     python shapes.py one --db pg --shape backlog --size 500000 --drain 20000
 
 Each shape gets a fresh database (a new process), filled with set-based SQL (generate_series
-on PostgreSQL, a recursive CTE on SQLite), then ANALYZE and a checkpoint:
+on PostgreSQL, a recursive CTE on SQLite), then ANALYZE (PostgreSQL: VACUUM ANALYZE, or
+autovacuum would catch up on the new rows during the timed drain) and a checkpoint:
 
 - drain rows: one ``sqlq_worker --burst --max-jobs DRAIN -v 0`` serving 20 queues
-  (``SQLQ["QUEUES"]`` = q00..q19) works through DRAIN jobs of q19 on a table that holds
-  nothing else ("empty"), also 500,000 runnable jobs spread over the 19 other queues it
-  serves ("backlog"), or also 500,000 jobs scheduled a day ahead ("future"). The rate is
-  jobs / (last completed_at - first started_at), by the database's clock; each row is also
-  given as a ratio to the "empty" row of the same run.
+  (``SQLQ["QUEUES"]`` = q00..q19) works through DRAIN jobs. The table holds DRAIN runnable
+  jobs in q19 and nothing else ("empty"); or also 500,000 runnable jobs over the 19 other
+  queues, each queue's rows together as q19's are ("backlog") or interleaved one row per
+  queue in turn ("backlog-mixed": a claim's rows then sit on as many table pages, which costs
+  in writes, not in the claim); or also 500,000 jobs scheduled a day ahead ("future"). The
+  rate is jobs / (last completed_at - first started_at), by the database's clock, and each
+  row is given as a ratio to the "empty" row of the same run.
 - idle rows: what an idle worker does at each wake-up (read the next due time, then one
   claim over the 20 queues), timed in-process, on an empty table and with 1,000,000 jobs
   scheduled a day ahead.
@@ -37,9 +40,10 @@ PEER = "sqlq_shapes"
 IDLE_WAKEUPS = 500
 
 
-def fill(db, count, *, queue, status, future):
+def fill(db, count, *, queue, status, future, mixed=False):
     """Insert ``count`` jobs of ``status`` with one statement. ``queue`` is a queue name, or
-    None to spread them over the 19 queues q00..q18."""
+    None to spread them over the 19 queues q00..q18: queue by queue (each queue's rows
+    together, as q19's are), or ``mixed`` (one row per queue in turn)."""
     from django.db import connection
 
     from django_sqlq.models import Job
@@ -48,12 +52,14 @@ def fill(db, count, *, queue, status, future):
         return
     if db == "pg":
         ts = "(now() + interval '1 day')" if future else "(now() - interval '1 day')"
-        queue_sql = "'q' || lpad(mod(g, 19)::text, 2, '0')" if queue is None else f"'{queue}'"
+        spread = "mod(g, 19)" if mixed else f"((g - 1) * 19 / {int(count)})"
+        queue_sql = f"'q' || lpad({spread}::text, 2, '0')" if queue is None else f"'{queue}'"
         values = {"payload": "jsonb_build_object('i', g)", "errors": "'[]'::jsonb"}
         source, prefix = "generate_series(1, %s) AS g", ""
     else:
         ts = "datetime('now', '+1 day')" if future else "datetime('now', '-1 day')"
-        queue_sql = "printf('q%%02d', g %% 19)" if queue is None else f"'{queue}'"
+        spread = "g %% 19" if mixed else f"((g - 1) * 19 / {int(count)})"
+        queue_sql = f"printf('q%%02d', {spread})" if queue is None else f"'{queue}'"
         values = {"payload": "json_object('i', g)", "errors": "'[]'"}
         source = "c"
         prefix = "WITH RECURSIVE c(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM c WHERE g < %s) "
@@ -147,9 +153,9 @@ def one(db, shape, size, drain):
     os.environ["BENCH_SQLQ_QUEUES"] = json.dumps(QUEUES)
     t = time.perf_counter()
     result = {"db": db, "shape": shape, "size": size}
-    if shape in ("empty", "backlog", "future"):
-        if shape == "backlog":
-            fill(db, size, queue=None, status="pending", future=False)
+    if shape in ("empty", "backlog", "backlog-mixed", "future"):
+        if shape.startswith("backlog"):
+            fill(db, size, queue=None, status="pending", future=False, mixed=shape != "backlog")
         elif shape == "future":
             fill(db, size, queue=None, status="scheduled", future=True)
         fill(db, drain, queue="q19", status="pending", future=False)
@@ -205,10 +211,12 @@ def report(results, args, started, seconds):
             if "error" in r:
                 lines.append(f"| {db} | {shape} | | {r['error']} | |")
                 continue
-            if shape in ("empty", "backlog", "future"):
+            if shape in ("empty", "backlog", "backlog-mixed", "future"):
                 held = {
                     "empty": f"{args.drain:,} runnable in q19 only",
                     "backlog": f"+ {r['size']:,} runnable over the 19 other queues",
+                    "backlog-mixed": f"+ {r['size']:,} runnable over the 19 other queues, "
+                    "their rows interleaved",
                     "future": f"+ {r['size']:,} scheduled a day ahead",
                 }[shape]
                 ratio = r["rate"] / base["rate"] if base.get("rate") else None
@@ -259,12 +267,15 @@ def main():
     ap.add_argument("--idle-future", type=int, default=1_000_000)
     ap.add_argument("--drain", type=int, default=20_000)
     ap.add_argument("--burst", type=int, default=100_000)
-    ap.add_argument("--shapes", default="empty,backlog,future,idle-empty,idle-future,burst")
+    ap.add_argument(
+        "--shapes", default="empty,backlog,backlog-mixed,future,idle-empty,idle-future,burst"
+    )
     a = ap.parse_args()
     if a.quick:
         a.backlog, a.future, a.idle_future = a.backlog // 10, a.future // 10, a.idle_future // 10
         a.drain, a.burst = max(a.drain // 4, 2_000), max(a.burst // 4, 22_000)
-    sizes = {"empty": 0, "backlog": a.backlog, "future": a.future, "idle-empty": 0,
+    sizes = {"empty": 0, "backlog": a.backlog, "backlog-mixed": a.backlog, "future": a.future,
+             "idle-empty": 0,
              "idle-future": a.idle_future, "burst": a.burst}  # fmt: skip
     os.makedirs(common.TMP, exist_ok=True)
     started = time.strftime("%Y%m%d-%H%M%S")
