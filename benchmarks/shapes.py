@@ -253,7 +253,7 @@ def main():
         ap.add_argument("--db", choices=["sqlite", "pg"], required=True)
         ap.add_argument("--shape", required=True)
         ap.add_argument("--size", type=int, default=0)
-        ap.add_argument("--drain", type=int, default=20_000)
+        ap.add_argument("--drain", type=int, default=100_000)
         a = ap.parse_args()
         print(json.dumps(one(a.db, a.shape, a.size, a.drain)))
         return
@@ -265,7 +265,7 @@ def main():
     ap.add_argument("--backlog", type=int, default=500_000)
     ap.add_argument("--future", type=int, default=500_000)
     ap.add_argument("--idle-future", type=int, default=1_000_000)
-    ap.add_argument("--drain", type=int, default=20_000)
+    ap.add_argument("--drain", type=int, default=100_000)
     ap.add_argument("--burst", type=int, default=100_000)
     ap.add_argument(
         "--shapes", default="empty,backlog,backlog-mixed,future,idle-empty,idle-future,burst"
