@@ -19,6 +19,9 @@ autovacuum would catch up on the new rows during the timed drain) and a checkpoi
 - idle rows: what an idle worker does at each wake-up (read the next due time, then one
   claim over the 20 queues), timed in-process, on an empty table and with 1,000,000 jobs
   scheduled a day ahead.
+- due row: an idle worker (``sqlq_worker -v 0``, default poll interval) and 40 jobs enqueued
+  one at a time with ``delay=0.2``, 0.3 s apart, beside the 500,000 future jobs: the delay from
+  each job's ``scheduled_at`` to its ``started_at`` (the pickup of a job that comes due).
 - burst rows: BURST jobs inserted in one transaction (after the settle) and drained by one
   burst worker with no manual VACUUM; the rate of the first 10,000 completions against the
   last 10,000.
@@ -38,6 +41,7 @@ import common
 QUEUES = [f"q{i:02d}" for i in range(20)]
 PEER = "sqlq_shapes"
 IDLE_WAKEUPS = 500
+DUE_JOBS = 40
 
 
 def fill(db, count, *, queue, status, future, mixed=False):
@@ -142,6 +146,39 @@ def idle_wakeups(peer):
     return {"median_us": statistics.median(timings), "p95_us": common.percentile(timings, 95)}
 
 
+def due_latency(peer, db, jobs):
+    """An idle worker (default flags but -v 0) and ``jobs`` jobs enqueued one at a time with
+    ``delay=0.2``, 0.3 s apart: the delay from each job's scheduled_at to its started_at."""
+    from django_sqlq import enqueue
+    from django_sqlq.models import Job, WorkerProcess
+
+    argv = peer.manage("sqlq_worker", "-v", "0")
+    env = dict(peer.worker_env(1), BENCH_SQLQ_QUEUES=json.dumps(QUEUES))
+    proc = common.spawn(argv, env, f"shapes-due-worker-{db}")
+    try:
+        deadline = time.monotonic() + 60
+        while not WorkerProcess.objects.filter(stopped_at=None).exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit("the worker did not start")
+            time.sleep(0.05)
+        time.sleep(0.5)  # past its start-up claims: idle
+        for _ in range(jobs):
+            enqueue("noop", {}, queue="q19", delay=0.2)
+            time.sleep(0.3)
+        while Job.objects.exclude(status="completed").exists():
+            if time.monotonic() > deadline + 60:
+                raise SystemExit("jobs were not run")
+            time.sleep(0.05)
+    finally:
+        common.stop([proc])
+    delays = sorted(
+        (job.started_at - job.scheduled_at).total_seconds() * 1000
+        for job in Job.objects.only("started_at", "scheduled_at")
+    )
+    return {"jobs": len(delays), "p50_ms": statistics.median(delays),
+            "p95_ms": common.percentile(delays, 95), "max_ms": delays[-1]}  # fmt: skip
+
+
 def one(db, shape, size, drain):
     from peers.sqlq import Peer
 
@@ -168,6 +205,11 @@ def one(db, shape, size, drain):
         settle(db)
         result["fill_s"] = time.perf_counter() - t
         result.update(idle_wakeups(peer))
+    elif shape == "due":
+        fill(db, size, queue=None, status="scheduled", future=True)
+        settle(db)
+        result["fill_s"] = time.perf_counter() - t
+        result.update(due_latency(peer, db, DUE_JOBS))
     elif shape == "burst":
         settle(db)
         fill(db, size, queue="q19", status="pending", future=False)  # one transaction
@@ -235,6 +277,12 @@ def report(results, args, started, seconds):
                     f"p95 {r['p95_us']:,.0f} µs | {'-' if ratio is None else f'{ratio:.2f}x'}"
                     f" (<= 1.2x, <= 5 ms) |"
                 )
+            elif shape == "due":
+                lines.append(
+                    f"| {db} | pickup of a job coming due while idle | {r['size']:,} scheduled "
+                    f"| p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, max "
+                    f"{r['max_ms']:.1f} ms from scheduled_at | (p50 < 10 ms, p95 < 50 ms) |"
+                )
             elif shape == "burst":
                 ratio = r["last_rate"] / r["first_rate"]
                 lines.append(
@@ -268,14 +316,15 @@ def main():
     ap.add_argument("--drain", type=int, default=100_000)
     ap.add_argument("--burst", type=int, default=100_000)
     ap.add_argument(
-        "--shapes", default="empty,backlog,backlog-mixed,future,idle-empty,idle-future,burst"
+        "--shapes",
+        default="empty,backlog,backlog-mixed,future,idle-empty,idle-future,due,burst",
     )
     a = ap.parse_args()
     if a.quick:
         a.backlog, a.future, a.idle_future = a.backlog // 10, a.future // 10, a.idle_future // 10
         a.drain, a.burst = max(a.drain // 4, 2_000), max(a.burst // 4, 22_000)
     sizes = {"empty": 0, "backlog": a.backlog, "backlog-mixed": a.backlog, "future": a.future,
-             "idle-empty": 0,
+             "idle-empty": 0, "due": a.future,
              "idle-future": a.idle_future, "burst": a.burst}  # fmt: skip
     os.makedirs(common.TMP, exist_ok=True)
     started = time.strftime("%Y%m%d-%H%M%S")
