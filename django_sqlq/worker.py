@@ -60,6 +60,7 @@ FLUSH_BATCH = 100
 FLUSH_INTERVAL = 0.01
 # Fast jobs are claimed ahead, up to MAX_PREFETCH or about PREFETCH_WINDOW seconds of work.
 MAX_PREFETCH = 200
+PREFETCH_WINDOW = 0.05
 # Scheduled jobs moved to pending per statement, oldest first, when their time has come.
 PROMOTE_BATCH = 1000
 # PostgreSQL: VACUUM the jobs table (QueueOps.tidy) once this worker has claimed this many
@@ -67,7 +68,7 @@ PROMOTE_BATCH = 1000
 # times the last VACUUM's duration (a bound on its share of the time on a big table).
 TIDY_EVERY = 5_000
 TIDY_SPACING = 1.0
-PREFETCH_WINDOW = 0.05
+TIDY_RETRY = 60.0  # seconds before another try after a failed VACUUM
 
 
 class WorkerError(SQLQError, RuntimeError):
@@ -427,12 +428,12 @@ class Worker:
         try:
             ran = ops_for(self.database).tidy()
         except DatabaseError as exc:
-            self._tidy_off = True
+            self._tidy_after = time.monotonic() + TIDY_RETRY
             logger.warning(
-                "Worker %s: VACUUM of the jobs table failed (%s); not trying again. The claim "
-                "slows down during long bursts until autovacuum runs.",
+                "Worker %s: VACUUM of the jobs table failed (%s); trying again in %.0fs.",
                 self.worker_id,
                 exc,
+                TIDY_RETRY,
             )
             return
         finally:
