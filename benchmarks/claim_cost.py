@@ -137,7 +137,7 @@ def one(db, finished, pending, claims, limit):
         if k >= WARMUP:
             claim_us.append((t1 - t0) * 1e6)
             complete_us.append((t2 - t1) * 1e6)
-    plan = ops_for("default").explain_claim(["default"])
+    plan = explain_claim(ops_for("default"), ["default"], limit)
     return {
         "db": db,
         "finished": finished,
@@ -152,6 +152,17 @@ def one(db, finished, pending, claims, limit):
         "complete_median_us": statistics.median(complete_us),
         "plan": plan,
     }
+
+
+def explain_claim(ops, queues, limit):
+    """The plan of the claim statement the worker runs (``QueueOps.claim_sql``)."""
+    from django.db import connection
+
+    sql, params = ops.claim_sql(queues, worker_id="explain", limit=limit, lease_seconds=60)
+    explain = "EXPLAIN QUERY PLAN " if connection.vendor == "sqlite" else "EXPLAIN "
+    with connection.cursor() as cursor:
+        cursor.execute(explain + sql, params)
+        return "\n".join(str(row[-1]) for row in cursor.fetchall())
 
 
 def run_one(db, finished, pending, claims, limit):

@@ -51,6 +51,8 @@ from django_sqlq import dashboard, lifecycle, registry
 from django_sqlq.conf import configured_queues, get_settings
 from django_sqlq.models import FailedJob, Job, JobStatus, QueueDashboard, WorkerProcess
 
+WAITING = lifecycle.WAITING  # scheduled or pending: not started yet
+
 if TYPE_CHECKING:
     JobModelAdmin = admin.ModelAdmin[Job]
     WorkerModelAdmin = admin.ModelAdmin[WorkerProcess]
@@ -235,7 +237,7 @@ class TypeFilter(_ChoicesFilter):
 
 
 class WhenFilter(admin.SimpleListFilter):
-    """Pending jobs that are due now, or scheduled in the future."""
+    """Jobs not started yet (scheduled or pending) that are due now, or due in the future."""
 
     title = _("scheduled")
     parameter_name = "when"
@@ -249,9 +251,9 @@ class WhenFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         now = timezone.now()
         if self.value() == "due":
-            return queryset.filter(status=JobStatus.PENDING, scheduled_at__lte=now)
+            return queryset.filter(status__in=WAITING, scheduled_at__lte=now)
         if self.value() == "future":
-            return queryset.filter(status=JobStatus.PENDING, scheduled_at__gt=now)
+            return queryset.filter(status__in=WAITING, scheduled_at__gt=now)
         return queryset
 
 
@@ -298,8 +300,8 @@ CANCEL = JobAction(
     permission="cancel",
     label=_("Cancel"),
     done=("Cancelled %(n)d job.", "Cancelled %(n)d jobs."),
-    rule=_("only pending jobs can be cancelled"),
-    statuses=(JobStatus.PENDING,),
+    rule=_("only scheduled or pending jobs can be cancelled"),
+    statuses=WAITING,
     function="cancel",
     css="sqlq-cancel",
 )
@@ -308,8 +310,8 @@ RUN_NOW = JobAction(
     permission="change",
     label=_("Run now"),
     done=("Scheduled %(n)d job to run now.", "Scheduled %(n)d jobs to run now."),
-    rule=_("only pending jobs scheduled in the future can be brought forward"),
-    statuses=(JobStatus.PENDING,),
+    rule=_("only jobs scheduled in the future can be brought forward"),
+    statuses=WAITING,
     function="run_now",
     future_only=True,
     css="sqlq-run-now",
@@ -320,7 +322,7 @@ DELETE = JobAction(
     label=_("Delete"),
     done=("Deleted %(n)d job.", "Deleted %(n)d jobs."),
     rule=_("a running job cannot be deleted while its worker holds it"),
-    statuses=(JobStatus.PENDING, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED),
+    statuses=(*WAITING, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED),
     function="delete",
 )
 PAGE_ACTIONS = (RETRY, CANCEL, RUN_NOW)
@@ -399,7 +401,7 @@ def perform(
     for pk, status, scheduled_at in rows:
         if action.applies(status, scheduled_at, now):
             applicable.append(pk)
-        elif status == JobStatus.PENDING and action.future_only:
+        elif status in WAITING and action.future_only:
             not_applicable[gettext("already due")] += 1
         else:
             not_applicable[_status_label(status).lower()] += 1
@@ -543,7 +545,7 @@ class JobAdmin(JobModelAdmin):
     @admin.display(description=_("scheduled"))
     def scheduled_display(self, obj: Job) -> SafeString:
         when = _datetime(obj.scheduled_at)
-        if obj.status == JobStatus.PENDING and obj.scheduled_at > timezone.now():
+        if obj.status in WAITING and obj.scheduled_at > timezone.now():
             wait = (obj.scheduled_at - timezone.now()).total_seconds()
             return format_html(
                 '{} <span class="sqlq-quiet">({})</span>',
@@ -701,12 +703,12 @@ class JobAdmin(JobModelAdmin):
                 "A worker is running this job. It cannot be cancelled or deleted while it "
                 "runs; if the worker dies, the job returns to the queue when its lease ends."
             )
-        elif job.status == JobStatus.PENDING and job.scheduled_at > now:
+        elif job.status in WAITING and job.scheduled_at > now:
             note = gettext("Waits until %(when)s (in %(wait)s).") % {
                 "when": _datetime(job.scheduled_at),
                 "wait": dashboard.format_age((job.scheduled_at - now).total_seconds()),
             }
-        elif job.status == JobStatus.PENDING:
+        elif job.status in WAITING:
             note = gettext("Waiting for a worker since %(when)s (%(wait)s).") % {
                 "when": _datetime(job.scheduled_at),
                 "wait": dashboard.format_age((now - job.scheduled_at).total_seconds()),

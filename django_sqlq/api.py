@@ -23,7 +23,7 @@ from django_sqlq.exceptions import (
     PayloadError,
     UnknownQueueError,
 )
-from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job
+from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobStatus
 
 Target = str | Callable[..., Any]
 
@@ -203,6 +203,8 @@ def _new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
 def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:
     """Fill in what the database chose, as if the ORM had saved the instance."""
     job.pk, job.scheduled_at, job.created_at, job.uuid = row
+    if job.scheduled_at > job.created_at:  # as the INSERT decided, by the same clock
+        job.status = JobStatus.SCHEDULED
     job.updated_at = job.created_at
     job._state.adding = False
     job._state.db = alias

@@ -74,6 +74,7 @@ __all__ = ["SQLQBackend"]
 
 # Job statuses (django_sqlq.models.JobStatus values) -> the framework's.
 STATUSES: Final[Mapping[str, TaskResultStatus]] = {
+    "scheduled": TaskResultStatus.READY,
     "pending": TaskResultStatus.READY,
     "processing": TaskResultStatus.RUNNING,
     "completed": TaskResultStatus.SUCCESSFUL,

@@ -214,20 +214,26 @@ def queue_rows(
     the oldest runnable job's scheduled time. Configured queues are listed even when empty."""
     jobs = Job.objects.using(alias)
     found: dict[str, dict[str, Any]] = defaultdict(dict)
-    # Three queries, one per status, each served by that status's partial index (a single
-    # query over the three statuses makes the planners scan the table).
-    for row in (
-        jobs.filter(status=JobStatus.PENDING)
-        .values("queue")
-        .annotate(
-            runnable=Count("pk", filter=Q(scheduled_at__lte=now)),
-            scheduled=Count("pk", filter=Q(scheduled_at__gt=now)),
-            oldest=Min("scheduled_at", filter=Q(scheduled_at__lte=now)),
-        )
-        .order_by()
-    ):
-        values: dict[str, Any] = dict(row)
-        found[str(values.pop("queue"))].update(values)
+    # One query per status, each served by that status's partial index (a single query
+    # over several statuses makes the planners scan the table). A scheduled job whose time
+    # has come (no worker has moved it to pending yet) counts as runnable.
+    for waiting in (JobStatus.PENDING, JobStatus.SCHEDULED):
+        for row in (
+            jobs.filter(status=waiting)
+            .values("queue")
+            .annotate(
+                runnable=Count("pk", filter=Q(scheduled_at__lte=now)),
+                scheduled=Count("pk", filter=Q(scheduled_at__gt=now)),
+                oldest=Min("scheduled_at", filter=Q(scheduled_at__lte=now)),
+            )
+            .order_by()
+        ):
+            counts = found[str(row["queue"])]
+            counts["runnable"] = counts.get("runnable", 0) + row["runnable"]
+            counts["scheduled"] = counts.get("scheduled", 0) + row["scheduled"]
+            if row["oldest"] is not None:
+                known = counts.get("oldest")
+                counts["oldest"] = row["oldest"] if known is None else min(known, row["oldest"])
     for status in (JobStatus.PROCESSING, JobStatus.FAILED):
         for queue, n in (
             jobs.filter(status=status).values_list("queue").annotate(n=Count("pk")).order_by()

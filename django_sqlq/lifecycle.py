@@ -1,11 +1,13 @@
 """The job state machine. The worker, the admin and the tasks backend all call these
 functions; nothing else changes a job's status.
 
+    scheduled -> pending         (promote: its time has come; run_now, by an operator)
     pending -> processing -> completed | failed | cancelled
-    processing -> pending        (a failed attempt with attempts left, an expired lease,
-                                  or a job given back unstarted at shutdown)
+    processing -> scheduled      (a failed attempt with attempts left, waiting out its backoff)
+    processing -> pending        (a retry without backoff, an expired lease, or a job given
+                                  back unstarted at shutdown)
     failed | cancelled -> pending (retry_now, by an operator)
-    pending -> cancelled          (cancel)
+    scheduled | pending -> cancelled (cancel)
 
 Every write that finishes an attempt is fenced: it names the worker and the attempt, so a
 worker that lost its lease can never overwrite the outcome of the worker that took over.
@@ -130,8 +132,10 @@ def claim(
     lease_seconds: float,
     now: datetime | None = None,
     exclude_queues: Sequence[str] = (),
+    turn: int = 0,
 ) -> list[ClaimedJob]:
-    """pending -> processing for up to ``limit`` runnable jobs, in one statement."""
+    """pending -> processing for up to ``limit`` runnable jobs, in one statement; the
+    queues take turns filling the batch, starting at the ``turn``-th."""
     return ops_for(alias).claim(
         queues=queues,
         worker_id=worker_id,
@@ -139,6 +143,7 @@ def claim(
         lease_seconds=lease_seconds,
         now=now,
         exclude_queues=exclude_queues,
+        turn=turn,
     )
 
 
@@ -158,7 +163,8 @@ def fail_or_retry(
     retry_in: float | None,
     now: datetime | None = None,
 ) -> str | None:
-    """processing -> pending (after ``retry_in`` s, while attempts remain) or failed.
+    """processing -> scheduled ``retry_in`` s ahead (pending for 0 s), while attempts remain,
+    or failed.
 
     ``retry_in=None`` fails the job at once. Returns the new status, or None when this
     worker no longer held the job.
@@ -242,16 +248,27 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     )
 
 
+WAITING = (JobStatus.SCHEDULED, JobStatus.PENDING)
+
+
 def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
-    """pending -> cancelled."""
-    return _apply(
-        ids, [JobStatus.PENDING], alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow()
-    )
+    """scheduled | pending -> cancelled."""
+    return _apply(ids, WAITING, alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow())
 
 
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
-    """A pending job scheduled for later becomes runnable now."""
-    return _apply(ids, [JobStatus.PENDING], alias, scheduled_at=DatabaseNow())
+    """A job scheduled for later becomes runnable now: pending, due now."""
+    return _apply(ids, WAITING, alias, status=JobStatus.PENDING, scheduled_at=DatabaseNow())
+
+
+def promote(alias: str, *, limit: int = 1000, now: datetime | None = None) -> int:
+    """scheduled -> pending for up to ``limit`` jobs whose time has come. Returns how many."""
+    return ops_for(alias).promote(limit=limit, now=now)
+
+
+def next_due_in(alias: str, *, now: datetime | None = None) -> float | None:
+    """Seconds until the earliest scheduled job is due; None when none is scheduled."""
+    return ops_for(alias).next_due_in(now=now)
 
 
 def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:

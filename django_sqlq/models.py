@@ -18,6 +18,7 @@ PRIORITY_MAX = 100
 
 
 class JobStatus(models.TextChoices):
+    SCHEDULED = "scheduled", _("Scheduled")
     PENDING = "pending", _("Pending")
     PROCESSING = "processing", _("Processing")
     COMPLETED = "completed", _("Completed")
@@ -31,6 +32,10 @@ FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 class JobQuerySet(models.QuerySet["Job"]):
     def pending(self) -> JobQuerySet:
         return self.filter(status=JobStatus.PENDING)
+
+    def waiting(self) -> JobQuerySet:
+        """Jobs that have not started: scheduled for later, or pending."""
+        return self.filter(status__in=(JobStatus.SCHEDULED, JobStatus.PENDING))
 
     def processing(self) -> JobQuerySet:
         return self.filter(status=JobStatus.PROCESSING)
@@ -52,8 +57,9 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.pending().filter(scheduled_at__lte=now if now is not None else DatabaseNow())
 
     def scheduled(self, now: datetime | None = None) -> JobQuerySet:
-        """Pending jobs that wait for a time still in the future."""
-        return self.pending().filter(scheduled_at__gt=now if now is not None else DatabaseNow())
+        """Jobs that wait for a time still in the future (status ``scheduled``, and any
+        ``pending`` job whose time was moved forward by hand)."""
+        return self.waiting().filter(scheduled_at__gt=now if now is not None else DatabaseNow())
 
     def expired(self, now: datetime | None = None) -> JobQuerySet:
         """Processing jobs whose lease ran out: their worker is gone or stuck."""
@@ -141,6 +147,13 @@ class Job(models.Model):
                 fields=["queue", "-priority", "scheduled_at", "id"],
                 name="sqlq_job_claim_idx",
                 condition=Q(status="pending"),
+            ),
+            # Future jobs, kept out of the claim's index: the workers move those that come
+            # due to pending (oldest first) and sleep until the next one is due.
+            models.Index(
+                fields=["scheduled_at"],
+                name="sqlq_job_scheduled_idx",
+                condition=Q(status="scheduled"),
             ),
             # The reaper: expired leases among the few processing rows.
             models.Index(

@@ -51,8 +51,8 @@ TEST_WORKER_ID = "django_sqlq.testing"
 # The statuses of a job that waits to run ("enqueued"), and of one a worker may claim once
 # its time has come. One place to change when statuses are added (a status for jobs whose
 # time has not come belongs in both).
-ENQUEUED_STATUSES: tuple[str, ...] = (JobStatus.PENDING,)
-RUNNABLE_STATUSES: tuple[str, ...] = (JobStatus.PENDING,)
+ENQUEUED_STATUSES: tuple[str, ...] = (JobStatus.PENDING, JobStatus.SCHEDULED)
+RUNNABLE_STATUSES: tuple[str, ...] = (JobStatus.PENDING, JobStatus.SCHEDULED)
 
 Target = str | Callable[..., Any]
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import queue as queue_module
 import socket
@@ -75,6 +76,14 @@ PREFETCH_HOLD = 0.5
 PREFETCH_COOLDOWN = 5.0
 # While jobs are being finished, one summary line at most every SUMMARY_INTERVAL seconds.
 SUMMARY_INTERVAL = 5.0
+# Scheduled jobs moved to pending per statement, oldest first, when their time has come.
+PROMOTE_BATCH = 1000
+# PostgreSQL: VACUUM the jobs table (QueueOps.tidy) once this worker has claimed this many
+# jobs since the last time, in a thread of its own, and then no sooner than TIDY_SPACING
+# times the last VACUUM's duration (a bound on its share of the time on a big table).
+TIDY_EVERY = 5_000
+TIDY_SPACING = 1.0
+TIDY_RETRY = 60.0  # seconds before another try after a failed VACUUM
 
 
 class WorkerError(SQLQError, RuntimeError):
@@ -304,6 +313,12 @@ class Worker:
         self._summary_at = 0.0
         self._summary_counts = (0, 0, 0)
         self.jobs_claimed = 0
+        self.claims = 0  # claim statements run; each starts at the next queue (fairness)
+        self._due_at = 0.0  # time.monotonic() when the next scheduled job is due (see _stage)
+        self._since_tidy = 0  # jobs claimed since the last tidy (see _maybe_tidy)
+        self._tidy_after = 0.0
+        self._tidy_off = not ops_for(self.database).needs_tidy
+        self._tidy_thread: threading.Thread | None = None
         self.forced = False
 
     # -- public ------------------------------------------------------------------------
@@ -366,6 +381,8 @@ class Worker:
                         for thread in runners:
                             _join(thread)
                         self._flush(force=True)
+                        if self._tidy_thread is not None:
+                            _join(self._tidy_thread)
         except ForcedStop:
             forced = True
             self.forced = True  # from here on, database writes are tried once, not retried
@@ -444,8 +461,11 @@ class Worker:
             limit = self._claim_limit()
             idle = self._busy == 0 and not self._done
             due = time.monotonic() - last_claim >= self.poll_interval
-            if limit > 0 and (queue_may_have_more or (idle and burst) or due or changes.seen()):
+            woke = (idle and burst) or due or changes.seen()
+            coming_due = time.monotonic() >= self._due_at
+            if limit > 0 and (queue_may_have_more or woke or coming_due):
                 try:
+                    self._stage(recheck=woke)
                     claimed = lifecycle.claim(
                         self.database,
                         queues=self.queues,
@@ -454,7 +474,9 @@ class Worker:
                         lease_seconds=self.lease_seconds,
                         now=self.now(),
                         exclude_queues=self.exclude_queues,
+                        turn=self.claims,
                     )
+                    self.claims += 1
                     failures = 0
                 except DatabaseError as exc:
                     failures += 1
@@ -468,6 +490,7 @@ class Worker:
                     with self._busy_lock:
                         self._busy += len(claimed)
                     self.jobs_claimed += len(claimed)
+                    self._maybe_tidy(len(claimed))
                     self._inbox.put_many(claimed)
                     self._flush(force=False)
                     continue
@@ -480,6 +503,59 @@ class Worker:
                 return
             self._wake.wait(self._wait_time(last_claim, changes))
             self._wake.clear()
+
+    def _stage(self, *, recheck: bool) -> None:
+        """Move the scheduled jobs whose time has come to pending, before a claim. Cheap
+        when none is due: the worker knows when the next one is (``_due_at``), and re-reads
+        that (one index probe) only when woken, as another process may have scheduled an
+        earlier job."""
+        if recheck:
+            self._learn_next_due()
+        if time.monotonic() < self._due_at:
+            return
+        moved = lifecycle.promote(self.database, limit=PROMOTE_BATCH, now=self.now())
+        if moved == PROMOTE_BATCH:
+            self._due_at = 0.0  # more are due: promote again before the next claim
+        else:
+            self._learn_next_due()
+
+    def _learn_next_due(self) -> None:
+        seconds = lifecycle.next_due_in(self.database, now=self.now())
+        self._due_at = math.inf if seconds is None else time.monotonic() + max(seconds, 0.0)
+
+    def _maybe_tidy(self, claimed: int) -> None:
+        """Start a tidy (PostgreSQL: VACUUM the jobs table) after TIDY_EVERY claims, unless
+        one is running or the last one ended too recently."""
+        self._since_tidy += claimed
+        if self._tidy_off or self._since_tidy < TIDY_EVERY:
+            return
+        if time.monotonic() < self._tidy_after:
+            return
+        if self._tidy_thread is not None and self._tidy_thread.is_alive():
+            return
+        self._since_tidy = 0
+        self._tidy_thread = threading.Thread(target=self._tidy, name="sqlq-tidy", daemon=True)
+        self._tidy_thread.start()
+
+    def _tidy(self) -> None:
+        started = time.monotonic()
+        try:
+            ran = ops_for(self.database).tidy()
+        except DatabaseError as exc:
+            self._tidy_after = time.monotonic() + TIDY_RETRY
+            logger.warning(
+                "Worker %s: VACUUM of the jobs table failed (%s); trying again in %.0fs.",
+                self.worker_id,
+                exc,
+                TIDY_RETRY,
+            )
+            return
+        finally:
+            connections[self.database].close()
+        elapsed = time.monotonic() - started
+        self._tidy_after = time.monotonic() + elapsed * TIDY_SPACING
+        if ran:
+            logger.debug("Worker %s: vacuumed the jobs table in %.3fs", self.worker_id, elapsed)
 
     def _claim_limit(self) -> int:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast
@@ -568,6 +644,11 @@ class Worker:
     def _wait_time(self, last_claim: float, changes: _ChangeWatch) -> float:
         now = time.monotonic()
         wait = max(0.0, self.poll_interval - (now - last_claim))
+        # Wake when the next scheduled job comes due, to start it within the pickup latency.
+        # (Once due, it is staged at the next claim: when a slot is free.)
+        until_due = self._due_at - now
+        if until_due > 0:
+            wait = min(wait, until_due)
         if self._done:
             wait = min(wait, max(0.0, self._done_since + FLUSH_INTERVAL - now))
         oldest = self._inbox.oldest()

@@ -252,9 +252,10 @@ def test_the_list_reads_the_head_of_the_error_and_not_the_json_columns(login: An
     [
         ("status__exact=failed", {"failed"}),
         ("status__exact=pending", {"due", "future"}),
+        ("status__exact=scheduled", {"later"}),
         ("queue=emails", {"emails"}),
         ("type=tests.add", {"add"}),
-        ("when=future", {"future"}),
+        ("when=future", {"future", "later"}),
         ("when=due", {"due"}),
         ("q=tests.ad", {"add"}),
         ("q=add", {"add"}),
@@ -266,6 +267,7 @@ def test_filters_and_search(login: Any, query: str, expected: set[str]) -> None:
         "failed": failed_job(type="tests.boom"),
         "due": make_job(scheduled_at=now - timedelta(minutes=1)),
         "future": make_job(scheduled_at=now + timedelta(hours=1)),
+        "later": make_job(scheduled_at=now + timedelta(hours=1), status=JobStatus.SCHEDULED),
         "emails": make_job(queue="emails", status=JobStatus.COMPLETED),
         "add": make_job(type="tests.add", status=JobStatus.COMPLETED),
     }
@@ -636,17 +638,18 @@ def test_bulk_retry_resets_failed_and_cancelled_and_skips_the_rest(login: Any) -
 
 def test_bulk_cancel_and_run_now(login: Any) -> None:
     now = timezone.now()
-    later = make_job(scheduled_at=now + timedelta(hours=2))
+    later = make_job(scheduled_at=now + timedelta(hours=2), status=JobStatus.SCHEDULED)
     due = make_job(scheduled_at=now - timedelta(minutes=5))
     failed = failed_job()
     client = login("operator")
     response = _act(client, "run_jobs_now", [later, due, failed])
     assert messages_of(response) == [
-        "Scheduled 1 job to run now. Skipped 2 jobs (1 already due, 1 failed): only pending "
-        "jobs scheduled in the future can be brought forward."
+        "Scheduled 1 job to run now. Skipped 2 jobs (1 already due, 1 failed): only jobs "
+        "scheduled in the future can be brought forward."
     ]
     later.refresh_from_db()
     assert later.scheduled_at <= timezone.now()
+    assert later.status == JobStatus.PENDING  # in the claim's index: a worker takes it
     response = _act(client, "cancel_jobs", [later, due, failed])
     assert messages_of(response)[0].startswith("Cancelled 2 jobs. Skipped 1 job (1 failed)")
     assert set(Job.objects.values_list("status", flat=True)) == {"cancelled", "failed"}
@@ -831,6 +834,18 @@ def test_dashboard_alerts_for_a_slow_queue_and_expired_leases() -> None:
     assert messages[0].startswith("Queue “default” is falling behind: 1 job is waiting")
     assert "stopped renewing its lease" in messages[1]
     assert snap.queues[0].workers == 1 and snap.queues[0].stuck
+
+
+def test_dashboard_counts_scheduled_jobs_and_due_ones_as_runnable() -> None:
+    now = timezone.now()
+    make_job(status=JobStatus.SCHEDULED, scheduled_at=now + timedelta(hours=1))
+    make_job(scheduled_at=now + timedelta(hours=2))  # pending, moved forward by hand
+    # Due, not yet moved to pending (no worker ran since): waiting, so runnable.
+    overdue = make_job(status=JobStatus.SCHEDULED, scheduled_at=now - timedelta(minutes=3))
+    make_job(scheduled_at=now - timedelta(minutes=1))
+    [row] = dashboard.queue_rows("default", now, configured=["default"])
+    assert (row.runnable, row.scheduled) == (2, 2)
+    assert row.oldest_runnable_at == overdue.scheduled_at
 
 
 def test_throughput_buckets_per_minute_and_per_hour() -> None:

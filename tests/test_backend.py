@@ -117,7 +117,7 @@ def test_enqueue_writes_a_job_that_round_trips_through_get_result(tasks, backend
     job = Job.objects.get(uuid=result.id)
     assert job.type == "tests.testapp.tasks.echo"
     assert (job.queue, job.priority, job.max_attempts) == ("emails", -7, 1)
-    assert job.status == JobStatus.PENDING
+    assert job.status == JobStatus.SCHEDULED  # run_after is an hour ahead
     assert job.payload["args"] == result.args and job.payload["kwargs"] == result.kwargs
     assert job.scheduled_at == run_after
     assert job.created_at == result.enqueued_at is not None

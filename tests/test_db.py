@@ -7,11 +7,13 @@ import threading
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections
+from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from django_sqlq import bulk_enqueue, lifecycle
 from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
+from django_sqlq.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,19 +89,103 @@ def _fill_finished_rows(count: int) -> None:
     Job.objects.filter(pk__in=[job.pk for job in jobs]).update(status=JobStatus.COMPLETED)
 
 
-def test_claim_uses_the_partial_index():
-    _fill_finished_rows(5000)
-    bulk_enqueue("tests.noop", [{} for _ in range(2000)])
-    ops = ops_for("default")
-    if connection.vendor == "sqlite":
-        # Without statistics (a new SQLite database) and with them (after ANALYZE or PRAGMA
-        # optimize): with them, SQLite once chose the index with a sort of every pending job.
-        plan = ops.explain_claim(["default"])
-        assert "sqlq_job_claim_idx" in plan and "TEMP B-TREE" not in plan, plan
+def _fill_queues(per_queue: int, queues: list[str]) -> None:
+    """``per_queue`` runnable jobs in each of ``queues``, finished and future jobs beside."""
+    _fill_finished_rows(2000)
+    for queue in queues:
+        jobs = bulk_enqueue("tests.noop", [{} for _ in range(per_queue)], queue=queue)
+        # Spread the priorities, so that a plan reading several queues at once must sort.
+        Job.objects.filter(pk__in=[job.pk for job in jobs[::3]]).update(priority=5)
+    # Jobs for tomorrow (never in the claim's index), and a few scheduled ones already due.
+    bulk_enqueue("tests.noop", [{} for _ in range(3000)], delay=86400)
+    due = bulk_enqueue("tests.noop", [{} for _ in range(3)], delay=86400)
+    Job.objects.filter(pk__in=[job.pk for job in due]).update(scheduled_at=Now())
+
+
+def _worker_sql(**worker_options) -> dict[str, list[str]]:
+    """The statements a real worker runs to find work (captured as executed, parameters in):
+    its claims, its promotions of due scheduled jobs, its reads of the next due time."""
+    with CaptureQueriesContext(connection) as queries:
+        Worker(max_jobs=1, **worker_options).run(burst=True, install_signal_handlers=False)
+    found: dict[str, list[str]] = {"claim": [], "promote": [], "next due": []}
+    for query in queries:
+        sql = query["sql"]
+        if "SET status = 'processing'" in sql:
+            found["claim"].append(sql)
+        elif "SET status = 'pending'" in sql and "status = 'scheduled'" in sql:
+            found["promote"].append(sql)
+        elif "MIN(scheduled_at)" in sql:
+            found["next due"].append(sql)
+    assert all(found.values()), [q["sql"] for q in queries]
+    return found
+
+
+def _plan(sql: str) -> str:
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE sqlq_job")
-    plan = ops.explain_claim(["default"])
-    assert "sqlq_job_claim_idx" in plan and "TEMP B-TREE" not in plan, plan
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+            return "\n".join(str(row[-1]) for row in cursor.fetchall())
+        cursor.execute(f"EXPLAIN {sql}")
+        return "\n".join(str(row[0]) for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"queues": ["emails"]},
+        {"queues": ["emails", "reports"]},
+        {"all_queues": True},
+        {"queues": ["default", "emails", "reports"], "exclude_queues": ["reports"]},
+        {"all_queues": True, "exclude_queues": ["default"]},
+    ],
+    ids=["one queue", "two queues", "all queues", "exclusion list", "all but one"],
+)
+def test_the_workers_claim_reads_its_index_in_order(options):
+    """EXPLAIN the statement the worker runs: each queue's runnable jobs are read from the
+    claim index in its order; the backlog is never sorted."""
+    _fill_queues(1500, ["default", "emails", "reports"])
+    statements = _worker_sql(**options)
+    # Without statistics (a new SQLite database) and with them (after ANALYZE, or PRAGMA
+    # optimize; PostgreSQL's autovacuum): with them, SQLite once sorted every pending job.
+    for analyzed in (False, True):
+        if analyzed:
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE sqlq_job")
+        elif connection.vendor != "sqlite":
+            continue
+        for sql in statements["claim"]:
+            plan = _plan(sql)
+            assert "sqlq_job_claim_idx" in plan, plan
+            _assert_no_sort_no_scan(plan)
+        # Future jobs are read only through their own index, oldest first: never scanned.
+        for sql in statements["promote"] + statements["next due"]:
+            plan = _plan(sql)
+            assert "sqlq_job_scheduled_idx" in plan, plan
+            _assert_no_sort_no_scan(plan)
+
+
+def _assert_no_sort_no_scan(plan: str) -> None:
+    if connection.vendor == "sqlite":
+        assert "TEMP B-TREE" not in plan, plan
+        assert "SCAN sqlq_job" not in plan, plan
+    else:
+        assert "Sort" not in plan, plan
+        assert "Seq Scan on sqlq_job" not in plan, plan
+
+
+def test_a_claim_takes_queues_in_turn():
+    """A queue with a few jobs is not starved by one with many: the queues take turns."""
+    bulk_enqueue("tests.noop", [{} for _ in range(300)], queue="default")
+    bulk_enqueue("tests.noop", [{} for _ in range(3)], queue="emails")
+    ops = ops_for("default")
+    batches = [
+        ops.claim(queues=queues, worker_id="w", limit=10, lease_seconds=30, turn=turn)
+        for turn, queues in enumerate([["default", "emails"], ["default", "emails"], None])
+    ]
+    # Turn 0 starts with "default" (it fills the batch); turn 1 starts with "emails" (its 3
+    # jobs, then 7 from "default"); turn 2 serves every queue, and only "default" is left.
+    assert [[job.queue for job in batch].count("emails") for batch in batches] == [0, 3, 0]
+    assert [len(batch) for batch in batches] == [10, 10, 10]
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
@@ -148,3 +234,40 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
             # By primary key, or through the few processing rows (the lease index): never a
             # scan of the whole table.
             assert "Seq Scan on sqlq_job" not in plan, plan
+
+
+def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():
+    ops = ops_for("default")
+    if connection.vendor != "postgresql":
+        assert not ops.needs_tidy and ops.tidy() is False  # SQLite leaves no dead entries
+        return
+    from django_sqlq.db.postgresql import TIDY_LOCK
+
+    assert ops.needs_tidy and ops.tidy() is True
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'sqlq_job'")
+        assert cursor.fetchone()[0] >= 1
+    # Another worker is at it (it holds the lock): this one does not wait, it skips.
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [TIDY_LOCK])
+        assert ops.tidy() is False
+    finally:
+        other.close()
+    assert ops.tidy() is True
+
+
+def test_a_worker_tidies_after_many_claims(monkeypatch):
+    from django_sqlq import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "TIDY_EVERY", 20)
+    tidied = []
+    original = type(ops_for("default")).tidy
+    monkeypatch.setattr(
+        type(ops_for("default")), "tidy", lambda self: tidied.append(1) or original(self)
+    )
+    bulk_enqueue("tests.noop", [{} for _ in range(60)])
+    Worker().run(burst=True, install_signal_handlers=False)
+    assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 60
+    assert bool(tidied) == (connection.vendor == "postgresql")

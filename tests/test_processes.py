@@ -192,3 +192,15 @@ def test_stop_signals_never_run_the_stop_in_the_signal_handler():
     handle(signal.SIGINT, None)
     assert seen == [("sqlq-stop", signal.SIGTERM, 1),
                     (threading.current_thread().name, signal.SIGINT, -1)]  # fmt: skip
+
+
+def test_a_job_that_comes_due_while_the_worker_sleeps_starts_without_a_poll(spawn_worker):
+    """A scheduled job waits out of the claim's index; the idle worker wakes when it is due
+    (not at its next poll: the poll interval here is a minute) and runs it."""
+    worker = spawn_worker("--poll-interval", "60", "-v", "0")
+    worker.wait_ready()
+    job = enqueue("tests.noop", delay=1.5)
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SCHEDULED
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=30)
+    done = Job.objects.get(pk=job.pk)
+    assert done.started_at >= done.scheduled_at and done.attempts == 1

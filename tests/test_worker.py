@@ -64,7 +64,7 @@ def test_backoff_pushes_the_retry_out_by_the_injected_clock():
     worker = Worker(clock=lambda: now, backoff=lambda attempts: 10.0 * attempts)
     worker.run(burst=True, install_signal_handlers=False)
     job.refresh_from_db()
-    assert job.status == JobStatus.PENDING
+    assert job.status == JobStatus.SCHEDULED  # out of the claim's index until it is due
     assert job.attempts == 1
     assert job.scheduled_at == now + timedelta(seconds=10)
     # Not runnable yet at "now"; runnable 10 s later, and then retried with a longer wait.
@@ -72,7 +72,7 @@ def test_backoff_pushes_the_retry_out_by_the_injected_clock():
     later = now + timedelta(seconds=10)
     run_burst(clock=lambda: later, backoff=lambda attempts: 10.0 * attempts)
     job.refresh_from_db()
-    assert (job.status, job.attempts) == (JobStatus.PENDING, 2)
+    assert (job.status, job.attempts) == (JobStatus.SCHEDULED, 2)
     assert job.scheduled_at == later + timedelta(seconds=20)
 
 
@@ -159,8 +159,9 @@ def test_run_at_and_delay_hold_the_job_back():
     worker = run_burst()
     assert worker.jobs_claimed == 1
     assert Job.objects.get(pk=now_job.pk).status == JobStatus.COMPLETED
-    assert Job.objects.get(pk=later.pk).status == JobStatus.PENDING
-    assert Job.objects.get(pk=future.pk).status == JobStatus.PENDING
+    assert (later.status, future.status) == (JobStatus.SCHEDULED, JobStatus.SCHEDULED)
+    assert Job.objects.get(pk=later.pk).status == JobStatus.SCHEDULED
+    assert Job.objects.get(pk=future.pk).status == JobStatus.SCHEDULED
     # With a clock a day ahead, both are due.
     run_burst(clock=lambda: timezone.now() + timedelta(days=1, seconds=1))
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 3
@@ -213,6 +214,7 @@ def test_concurrency_runs_jobs_at_once(tmp_path):
 def test_expired_lease_goes_back_to_pending_and_counts_as_an_attempt():
     now = datetime(2030, 1, 1, tzinfo=UTC)
     job = enqueue("tests.noop", run_at=now, max_attempts=2)
+    assert lifecycle.promote("default", now=now) == 1  # due at the injected "now"
     claimed = lifecycle.claim(
         "default", queues=None, worker_id="dead", limit=1, lease_seconds=5, now=now
     )
@@ -236,6 +238,7 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
 
     now = datetime(2030, 1, 1, tzinfo=UTC)
     job = enqueue("tests.noop", run_at=now)
+    lifecycle.promote("default", now=now)
     stale = lifecycle.claim(
         "default", queues=None, worker_id="stale", limit=1, lease_seconds=5, now=now
     )[0]
@@ -273,6 +276,7 @@ def test_heartbeat_extends_all_leases_in_one_statement(django_assert_num_queries
     now = datetime(2030, 1, 1, tzinfo=UTC)
     for _ in range(3):
         enqueue("tests.noop", run_at=now)
+    lifecycle.promote("default", now=now)
     lifecycle.claim("default", queues=None, worker_id="w", limit=3, lease_seconds=5, now=now)
     with django_assert_num_queries(1):
         extended = lifecycle.extend_leases("default", worker_id="w", lease_seconds=60, now=now)
@@ -373,3 +377,63 @@ def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypat
     # for it (max_attempts 5: pending again).
     assert (job.status, job.attempts, job.locked_by) == (JobStatus.PENDING, 1, "")
     assert job.errors[-1]["exception_class"] == "django_sqlq.exceptions.JobInterruptedError"
+
+
+def test_scheduled_jobs_are_promoted_when_due_then_claimed():
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    early = enqueue("tests.noop", run_at=now)
+    late = enqueue("tests.noop", run_at=now + timedelta(hours=1))
+    assert Job.objects.filter(status=JobStatus.SCHEDULED).count() == 2
+    # Nothing in the claim's index: a claim finds nothing even at the due time.
+    assert lifecycle.claim("default", queues=None, worker_id="w", limit=5, lease_seconds=5,
+                           now=now) == []  # fmt: skip
+    assert lifecycle.next_due_in("default", now=now) == 0
+    assert lifecycle.promote("default", now=now - timedelta(seconds=1)) == 0
+    assert lifecycle.promote("default", now=now) == 1
+    assert Job.objects.get(pk=early.pk).status == JobStatus.PENDING
+    assert lifecycle.next_due_in("default", now=now) == pytest.approx(3600)
+    assert Job.objects.get(pk=late.pk).status == JobStatus.SCHEDULED
+    # A worker whose clock reaches the due time promotes and runs them.
+    assert run_burst(clock=lambda: now + timedelta(hours=1)).jobs_done == 2
+    assert lifecycle.next_due_in("default") is None
+
+
+def test_a_retry_without_backoff_is_pending_at_once():
+    job = enqueue("tests.boom", max_attempts=3)
+    run_burst(backoff=lambda attempts: 0.0)  # each retry is claimed again in the same burst
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.FAILED, 3)
+
+
+def test_cancel_and_run_now_take_scheduled_jobs():
+    a = enqueue("tests.noop", delay=3600)
+    b = enqueue("tests.noop", delay=3600)
+    assert lifecycle.run_now([a.pk]).changed == 1
+    assert lifecycle.cancel([b.pk]).changed == 1
+    assert Job.objects.get(pk=b.pk).status == JobStatus.CANCELLED
+    a.refresh_from_db()
+    assert a.status == JobStatus.PENDING and a.scheduled_at <= timezone.now()
+    assert run_burst().jobs_done == 1
+
+
+def test_migration_0003_schedules_future_pending_jobs():
+    import importlib
+
+    from django.apps import apps
+    from django.db import connection
+
+    migration = importlib.import_module("django_sqlq.migrations.0003_scheduled_status")
+    future = enqueue("tests.noop", delay=3600)
+    due = enqueue("tests.noop")
+    Job.objects.filter(pk=future.pk).update(status=JobStatus.PENDING)  # as before 0003
+
+    class Editor:
+        pass
+
+    editor = Editor()
+    editor.connection = connection  # type: ignore[attr-defined]
+    migration.schedule_future_jobs(apps, editor)
+    statuses = dict(Job.objects.values_list("pk", "status"))
+    assert statuses == {future.pk: JobStatus.SCHEDULED, due.pk: JobStatus.PENDING}
+    migration.unschedule_jobs(apps, editor)
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.PENDING}

@@ -52,6 +52,8 @@ class QueueOps:
 
     table = "sqlq_job"
     worker_table = "sqlq_worker"
+    #: Whether workers should call :meth:`tidy` after many claims.
+    needs_tidy = False
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
@@ -118,39 +120,27 @@ class QueueOps:
         lease_seconds: float,
         now: datetime | None = None,
         exclude_queues: Sequence[str] = (),
+        turn: int = 0,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` runnable jobs in one ``UPDATE ... RETURNING``.
 
-        ``queues=None`` serves every queue but ``exclude_queues``. Returned in claim order.
+        Each queue is read on its own, in the claim index's order (priority, then
+        ``scheduled_at``, then id), so nothing is sorted however deep the backlog. Queues
+        take turns: the batch is filled from the queues in order, starting at the
+        ``turn``-th (the worker counts its claims), so a queue with a few jobs is served
+        within one round however many wait in the others.
+
+        ``queues=None`` serves every queue holding pending jobs (found through the claim
+        index) but ``exclude_queues``. Returned in (priority, ``scheduled_at``, id) order.
         """
         if limit < 1:
             return []
-        clock = self.clock(now)
-        now_sql, later_sql = self.now_sql(), self.later_sql()
-        queue_params: list[Any] = []
-        if queues is None:
-            queue_sql = ""
-        else:
-            in_sql, queue_params = self.in_list_sql("queue", queues)
-            queue_sql = f"AND {in_sql} "
-        if exclude_queues:
-            not_sql, not_params = self.in_list_sql("queue", exclude_queues)
-            queue_sql += f"AND NOT {not_sql} "
-            queue_params = [*queue_params, *not_params]
-        columns = CLAIM_COLUMNS.replace("scheduled_at", self.raw_datetime("scheduled_at"))
-        sql = (
-            f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
-            f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
-            f"lease_expires_at = {later_sql}, updated_at = {now_sql} "
-            f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'pending' "
-            f"{queue_sql}AND scheduled_at <= {now_sql} "
-            f"ORDER BY priority DESC, scheduled_at, id LIMIT %s{self.skip_locked()}) "
-            f"RETURNING {columns}"
+        order = self.claim_queues(queues, exclude_queues, turn=turn)
+        if not order:
+            return []
+        sql, params = self.claim_sql(
+            order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now
         )
-        params = [
-            worker_id, clock, clock, clock, lease_seconds, clock,
-            *queue_params, clock, limit,
-        ]  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -158,6 +148,66 @@ class QueueOps:
         jobs = list(map(ClaimedJob._make, rows))
         jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
         return jobs
+
+    def claim_queues(
+        self, queues: Sequence[str] | None, exclude_queues: Sequence[str] = (), *, turn: int = 0
+    ) -> list[str]:
+        """The queues one claim reads, in the order it reads them: ``queues`` (else every
+        queue with pending jobs) less ``exclude_queues``, rotated by ``turn``."""
+        names = list(dict.fromkeys(queues)) if queues is not None else self.pending_queues()
+        if exclude_queues:
+            excluded = set(exclude_queues)
+            names = [name for name in names if name not in excluded]
+        if len(names) > 1:
+            start = turn % len(names)
+            names = names[start:] + names[:start]
+        return names
+
+    def pending_queues(self) -> list[str]:
+        """The distinct queues of the pending jobs, in name order: a skip scan of the claim
+        index (one index probe per queue), not a read of every pending row."""
+        sql = (
+            f"WITH RECURSIVE q(name) AS ("
+            f"SELECT MIN(queue) FROM {self.table} WHERE status = 'pending' "
+            f"UNION ALL SELECT (SELECT MIN(queue) FROM {self.table} "
+            f"WHERE status = 'pending' AND queue > q.name) FROM q WHERE q.name IS NOT NULL"
+            f") SELECT name FROM q WHERE name IS NOT NULL"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql)
+            return [row[0] for row in cursor.fetchall()]
+
+    def claim_sql(
+        self,
+        queues: Sequence[str],
+        *,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> tuple[str, list[Any]]:
+        """The claim statement and its parameters, exactly as :meth:`claim` runs them, for
+        ``queues`` read in that order (tests EXPLAIN it)."""
+        clock = self.clock(now)
+        now_sql, later_sql = self.now_sql(), self.later_sql()
+        picked_sql, picked_params = self.claim_ids_sql(queues, limit=limit, clock=clock)
+        columns = CLAIM_COLUMNS.replace("scheduled_at", self.raw_datetime("scheduled_at"))
+        sql = (
+            f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
+            f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
+            f"lease_expires_at = {later_sql}, updated_at = {now_sql} "
+            f"WHERE id IN ({picked_sql}) "
+            f"RETURNING {columns}"
+        )
+        params = [worker_id, clock, clock, clock, lease_seconds, clock, *picked_params]
+        return sql, params
+
+    def claim_ids_sql(
+        self, queues: Sequence[str], *, limit: int, clock: Any
+    ) -> tuple[str, list[Any]]:
+        """A SELECT of the ids to claim: up to ``limit`` runnable jobs, each queue's read in
+        the claim index's order, the queues in the order given."""
+        raise NotImplementedError
 
     def complete(
         self, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
@@ -202,8 +252,9 @@ class QueueOps:
         else:
             scheduled_params = [None, delay_seconds or 0]
         params = [
-            fields["queue"], fields["type"], payload, fields["priority"], fields["max_attempts"],
-            fields["timeout"], "[]", *scheduled_params, None, None,
+            fields["queue"], fields["type"], payload, *scheduled_params, None,
+            fields["priority"], fields["max_attempts"], fields["timeout"], "[]",
+            *scheduled_params, None, None,
         ]  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(self._insert_one_sql(scheduled is not None), params)
@@ -222,12 +273,18 @@ class QueueOps:
                 f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
                 f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, "
                 f"updated_at, locked_by, uuid) VALUES (%s, %s, {self.json_param_sql()}, "
-                f"'pending', %s, 0, %s, {self.float_param_sql()}, '', {self.json_param_sql()}, "
+                f"{self.initial_status_sql(scheduled_sql)}, "
+                f"%s, 0, %s, {self.float_param_sql()}, '', {self.json_param_sql()}, "
                 f"{scheduled_sql}, {now_sql}, {now_sql}, '', {self.uuid_sql()}) "
                 f"RETURNING id, scheduled_at, created_at, uuid"
             )
             self._insert_one_cache[key] = sql
         return sql
+
+    def initial_status_sql(self, scheduled_sql: str) -> str:
+        """A new job's status: ``scheduled`` when ``scheduled_sql`` (its parameters, then the
+        clock's) is later than now, else ``pending``."""
+        return f"CASE WHEN {scheduled_sql} > {self.now_sql()} THEN 'scheduled' ELSE 'pending' END"
 
     def with_notify(self, insert_sql: str) -> str:
         """The INSERT ... RETURNING statement, extended to wake workers on commit."""
@@ -244,16 +301,17 @@ class QueueOps:
         retry_in: float | None,
         now: datetime | None = None,
     ) -> str | None:
-        """Record a failed attempt: back to pending after ``retry_in`` seconds while attempts
-        remain (``retry_in=None``: no retry), else failed. Returns the new status, or None if
-        this worker no longer held the job (fenced)."""
+        """Record a failed attempt: ``scheduled`` again ``retry_in`` seconds ahead (``pending``
+        for no wait) while attempts remain (``retry_in=None``: no retry), else failed. Returns
+        the new status, or None if this worker no longer held the job (fenced)."""
         clock = self.clock(now)
         now_sql, later_sql = self.now_sql(), self.later_sql()
         retry = retry_in is not None
         final = "(attempts >= max_attempts OR %s)"
         sql = (
             f"UPDATE {self.table} SET "
-            f"status = CASE WHEN {final} THEN 'failed' ELSE 'pending' END, "
+            f"status = CASE WHEN {final} THEN 'failed' "
+            f"WHEN {self.float_param_sql()} > 0 THEN 'scheduled' ELSE 'pending' END, "
             f"scheduled_at = CASE WHEN {final} THEN scheduled_at ELSE {later_sql} END, "
             f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
             f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
@@ -263,7 +321,7 @@ class QueueOps:
             f"RETURNING status"
         )
         params = [
-            not retry,
+            not retry, retry_in or 0,
             not retry, clock, retry_in or 0,
             not retry, clock,
             not retry,
@@ -291,6 +349,42 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [self.clock(now), *in_params, worker_id])
             return int(cursor.rowcount)
+
+    def promote(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        """Move up to ``limit`` scheduled jobs whose time has come to pending (oldest first),
+        where the claim finds them. Reads the scheduled jobs' own index: nothing when none is
+        due. Returns how many were moved."""
+        clock = self.clock(now)
+        now_sql = self.now_sql()
+        sql = self.with_promote_notify(
+            f"UPDATE {self.table} SET status = 'pending', updated_at = {now_sql} "
+            f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'scheduled' "
+            f"AND scheduled_at <= {now_sql} ORDER BY scheduled_at LIMIT %s"
+            f"{self.skip_locked()}) AND {self.unindexed('status')} = 'scheduled' RETURNING queue"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [clock, clock, limit])
+            return len(cursor.fetchall())
+
+    def with_promote_notify(self, update_sql: str) -> str:
+        """The promotion's UPDATE ... RETURNING queue, extended to wake idle workers."""
+        return update_sql
+
+    def next_due_in(self, *, now: datetime | None = None) -> float | None:
+        """Seconds until the earliest scheduled job is due (<= 0: due now), by the database's
+        clock; None when no job is scheduled. One probe of the scheduled jobs' index."""
+        sql = (
+            f"SELECT {self.seconds_between_sql('MIN(scheduled_at)', self.now_sql())} "
+            f"FROM {self.table} WHERE status = 'scheduled'"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [self.clock(now)])
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def seconds_between_sql(self, later: str, earlier: str) -> str:
+        """SQL for ``later - earlier`` in seconds (two timestamps)."""
+        raise NotImplementedError
 
     def reap(self, *, now: datetime | None = None) -> list[tuple[int, str, str, int]]:
         """Return jobs whose lease ran out to pending (or failed once their attempts are
@@ -354,7 +448,8 @@ class QueueOps:
             f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
             f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
             f"locked_by, uuid) "
-            f"SELECT %s, %s, {payload_sql}, 'pending', %s, 0, %s, {self.float_param_sql()}, '', "
+            f"SELECT %s, %s, {payload_sql}, {self.initial_status_sql(scheduled_sql)}, %s, 0, %s, "
+            f"{self.float_param_sql()}, '', "
             f"{self.json_param_sql()}, {scheduled_sql}, {now_sql}, {now_sql}, '', "
             f"{self.uuid_sql()} "
             f"FROM {source} ORDER BY {order_sql} "
@@ -362,8 +457,9 @@ class QueueOps:
             f"{self.raw_datetime('created_at')}, uuid"
         )
         params = [
-            fields["queue"], fields["type"], fields["priority"], fields["max_attempts"],
-            fields["timeout"], "[]", *scheduled_params, None, None, payloads_param,
+            fields["queue"], fields["type"], *scheduled_params, None, fields["priority"],
+            fields["max_attempts"], fields["timeout"], "[]", *scheduled_params, None, None,
+            payloads_param,
         ]  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(self.with_notify(sql), params)
@@ -416,6 +512,12 @@ class QueueOps:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
 
+    def tidy(self) -> bool:
+        """Maintenance after many claims: clear what finished jobs left in the claim's index.
+        Returns True if it ran. Default: nothing to do (SQLite deletes index entries in
+        place)."""
+        return False
+
     def notify(self, queues: Sequence[str]) -> None:
         """Wake idle workers once the current transaction commits. Default: nothing."""
 
@@ -442,10 +544,6 @@ class QueueOps:
         alias instead of this connection's. ``probe(token)``: called once listening; it
         sends a notification with that payload, and the listener warns if it never hears it."""
         return None
-
-    def explain_claim(self, queues: Sequence[str]) -> str:
-        """The plan of the claim's inner SELECT (for tests and ``sqlq_doctor``)."""
-        raise NotImplementedError
 
 
 class DatabaseNow(Now):

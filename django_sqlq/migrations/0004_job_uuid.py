@@ -39,7 +39,7 @@ def fill_uuids(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_sqlq", "0002_queuedashboard"),
+        ("django_sqlq", "0003_scheduled_status"),
     ]
 
     operations = [
