@@ -188,7 +188,7 @@ def test_a_retry_waits_for_its_backoff():
         job = enqueue("tests.boom", max_attempts=3)
         assert run_jobs().retried == 1
         job.refresh_from_db()
-        assert job.status == "pending" and job.scheduled_at > timezone.now()
+        assert job.status == "scheduled" and job.scheduled_at > timezone.now()
         assert run_jobs().ran == 0
         assert run_jobs(now=timezone.now() + timedelta(hours=2)).retried == 1
 
