@@ -315,6 +315,7 @@ class Worker:
         self.jobs_claimed = 0
         self.claims = 0  # claim statements run; each starts at the next queue (fairness)
         self._due_at = 0.0  # time.monotonic() when the next scheduled job is due (see _stage)
+        self._due_checked = 0.0  # when _due_at was last read from the database
         self._since_tidy = 0  # jobs claimed since the last tidy (see _maybe_tidy)
         self._tidy_after = 0.0
         self._tidy_off = not ops_for(self.database).needs_tidy
@@ -461,11 +462,19 @@ class Worker:
             limit = self._claim_limit()
             idle = self._busy == 0 and not self._done
             due = time.monotonic() - last_claim >= self.poll_interval
-            woke = (idle and burst) or due or changes.seen()
+            # (While the batches come back full, nothing else needs looking at.)
+            woke = (
+                limit > 0
+                and not queue_may_have_more
+                and ((idle and burst) or due or changes.seen())
+            )
             coming_due = time.monotonic() >= self._due_at
             if limit > 0 and (queue_may_have_more or woke or coming_due):
                 try:
-                    self._stage(recheck=woke)
+                    # Re-read the next due time when woken, and at least every poll interval
+                    # during a long drain (another process may have scheduled an earlier job).
+                    stale = time.monotonic() - self._due_checked >= self.poll_interval
+                    self._stage(recheck=woke or stale)
                     claimed = lifecycle.claim(
                         self.database,
                         queues=self.queues,
@@ -507,8 +516,7 @@ class Worker:
     def _stage(self, *, recheck: bool) -> None:
         """Move the scheduled jobs whose time has come to pending, before a claim. Cheap
         when none is due: the worker knows when the next one is (``_due_at``), and re-reads
-        that (one index probe) only when woken, as another process may have scheduled an
-        earlier job."""
+        that (one index probe) only when told to."""
         if recheck:
             self._learn_next_due()
         if time.monotonic() < self._due_at:
@@ -521,7 +529,8 @@ class Worker:
 
     def _learn_next_due(self) -> None:
         seconds = lifecycle.next_due_in(self.database, now=self.now())
-        self._due_at = math.inf if seconds is None else time.monotonic() + max(seconds, 0.0)
+        self._due_checked = time.monotonic()
+        self._due_at = math.inf if seconds is None else self._due_checked + max(seconds, 0.0)
 
     def _maybe_tidy(self, claimed: int) -> None:
         """Start a tidy (PostgreSQL: VACUUM the jobs table) after TIDY_EVERY claims, unless
