@@ -277,6 +277,8 @@ class Worker:
             error=ValueError,
         )
         self.clock = clock
+        if backoff is None:
+            conf.backoff_function()  # a policy that cannot be imported: an error at start
         self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
 
         self.stop_event = threading.Event()

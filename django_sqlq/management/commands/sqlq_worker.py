@@ -397,7 +397,7 @@ class Command(BaseCommand):
             # unmigrated is one clear line, not N children crash-looping.
             try:
                 Worker(**worker_kwargs)._check_ready()
-            except WorkerError as exc:
+            except (WorkerError, ConfigurationError) as exc:
                 raise CommandError(str(exc)) from exc
             finally:
                 connections.close_all()
@@ -405,7 +405,10 @@ class Command(BaseCommand):
             sys.exit(
                 Supervisor(processes=processes, worker_kwargs=worker_kwargs, burst=burst).run()
             )
-        worker = Worker(**worker_kwargs)
+        try:
+            worker = Worker(**worker_kwargs)
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
         try:
             worker.run(burst=burst)
         except WorkerError as exc:
