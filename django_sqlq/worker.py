@@ -1065,16 +1065,28 @@ def _invoke(
     func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, *, is_async: bool
 ) -> Any:
     if is_async:
-        coroutine = func(*args)
-        if timeout is not None:
-            coroutine = asyncio.wait_for(coroutine, timeout)
-        try:
-            return _event_loop().run_until_complete(coroutine)
-        except TimeoutError as exc:
-            raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
+        if timeout is None:
+            return _event_loop().run_until_complete(func(*args))
+        # asyncio.wait_for alone cannot stop a coroutine that blocks its loop (time.sleep,
+        # a synchronous client): it never yields. So a timed coroutine runs on a loop of its
+        # own in a helper thread, abandoned at the timeout like a timed sync handler.
+        return _call_with_timeout(_run_timed_coroutine, (func, args, timeout), timeout)
     if timeout is None:
         return func(*args)
     return _call_with_timeout(func, args, timeout)
+
+
+def _run_timed_coroutine(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+    """Run the async handler ``func`` on a new event loop, cancelled at ``timeout`` if it
+    yields to the loop by then (its ``finally`` blocks run)."""
+
+    async def timed() -> Any:
+        return await asyncio.wait_for(func(*args), timeout)
+
+    try:
+        return asyncio.run(timed())
+    except TimeoutError as exc:
+        raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
 
 
 def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:

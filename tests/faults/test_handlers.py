@@ -6,7 +6,8 @@
   never left write-locked), ``--burst`` ends, SIGTERM finishes, and the job's outcome is
   honest: writes rolled back mean a failed attempt, never a "completed" job whose writes
   were silently lost; the next job's writes are committed.
-- A handler's declared ``timeout`` holds although the enqueuing process never imported it.
+- A handler's declared ``timeout`` holds although the enqueuing process never imported it,
+  and for an async handler that blocks its event loop.
 - A return value JSON cannot hold fails the job at once: its side effects do not run again.
 """
 
@@ -88,6 +89,23 @@ def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(sp
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "JobTimeoutError" in job.last_error and "timeout of 0.5s" in job.last_error
+
+
+def test_an_async_handler_that_blocks_its_loop_still_times_out(tmp_path: Path, spawn_worker):
+    # Before: asyncio.wait_for never got control back from a coroutine that blocked its
+    # loop, so the timeout never fired and the job (and its runner thread) ran on.
+    release = tmp_path / "release"  # never created while the worker runs
+    job = enqueue("faults.async_block", {"release": str(release)}, max_attempts=1)
+    after = enqueue("tests.async_add", {"a": 1, "b": 2})
+    worker = spawn_worker("--burst", "--concurrency", "1")
+    assert worker.wait(30) == 0, worker.output()
+    release.touch()
+    job.refresh_from_db()
+    after.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert job.last_error.startswith("django_sqlq.exceptions.JobTimeoutError"), job.last_error
+    assert "timeout of 0.5s" in job.last_error
+    assert (after.status, after.result) == (JobStatus.COMPLETED, 3)
 
 
 @pytest.mark.parametrize("kind", ["datetime", "set"])

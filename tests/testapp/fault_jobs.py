@@ -203,6 +203,17 @@ def declared_timeout(payload: dict[str, Any]) -> int:
     return os.getpid()
 
 
+@handler("faults.async_block", timeout=0.5)
+async def async_block(payload: dict[str, Any]) -> int:
+    """An async handler that blocks its event loop (a synchronous call inside ``async def``)
+    past its declared timeout, until ``release`` exists (at most ``max_seconds``)."""
+    release = Path(payload["release"])
+    deadline = time.monotonic() + payload.get("max_seconds", 60)
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # never yields to the loop
+    return os.getpid()
+
+
 @handler("faults.unstorable_result")
 def unstorable_result(payload: dict[str, Any]) -> Any:
     """Record the run (a side effect), then return what JSON cannot hold."""
