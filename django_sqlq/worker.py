@@ -268,7 +268,15 @@ class Worker:
             allow_zero=True,
             error=ValueError,
         )
-        self.worker_id = worker_id or default_worker_id()
+        # Checked here: one PostgreSQL cannot store (too long, a NUL) failed every claim,
+        # and the worker retried them forever.
+        self.worker_id = (
+            validation.check_name(
+                "worker id", worker_id, max_length=validation.MAX_WORKER_ID_LENGTH
+            )
+            if worker_id
+            else default_worker_id()
+        )
         self.max_jobs = max_jobs
         self.lease_seconds = validation.seconds(
             "lease_seconds",
