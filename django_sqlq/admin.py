@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
@@ -172,7 +173,19 @@ class BoundedCountPaginator(AnyPaginator):
         return Page(rows[: self.per_page], number, self)
 
 
-class JobChangeList(ChangeList):
+class NulSafeChangeList(ChangeList):
+    """A filter value holding a NUL character (``?status=%00``) is an invalid lookup, as
+    Django treats other invalid ones (a redirect to ``?e=1``): no row can hold one, and
+    PostgreSQL refuses the query with a DataError (a 500)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        if any("\x00" in value for _, values in request.GET.lists() for value in values):
+            raise IncorrectLookupParameters("A NUL character in the query string.")
+        queryset: QuerySet[Any] = super().get_queryset(request, exclude_parameters)
+        return queryset
+
+
+class JobChangeList(NulSafeChangeList):
     """Lists read only the head of ``last_error``, and not the JSON columns."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
@@ -1051,6 +1064,9 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     )  # fmt: skip
     list_filter = ("hostname",)
     search_fields = ("worker_id", "hostname")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return NulSafeChangeList
     readonly_fields = (
         "worker_id", "hostname", "pid", "queues", "concurrency", "started_at",
         "last_seen_at", "stopped_at", "jobs_done", "jobs_failed",

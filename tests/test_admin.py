@@ -904,6 +904,24 @@ def test_searching_digits_that_are_not_an_id_is_not_an_error(login: Any, term: s
     assert shown == ([] if term.lstrip("#").isascii() else [job.pk])
 
 
+@pytest.mark.parametrize(
+    ("page", "query"),
+    [("job_changelist", {"status": "\x00"}), ("job_changelist", {"queue": "a\x00"}),
+     ("job_changelist", {"type": "\x00", "status": "pending"}),
+     ("failedjob_changelist", {"type": "\x00"}), ("workerprocess_changelist", {"hostname": "\x00"}),
+     ("job_changelist", {"q": "\x00"})],
+)  # fmt: skip
+def test_a_nul_character_in_a_filter_is_an_invalid_lookup_not_an_error(
+    login: Any, page: str, query: dict[str, str]
+) -> None:
+    # Before: PostgreSQL refused the query (DataError: text fields cannot contain NUL), a 500.
+    make_job()
+    response = login("superuser").get(url(page), query)
+    assert response.status_code in (200, 302)
+    if response.status_code == 302:  # Django's answer to an invalid lookup
+        assert response["Location"].endswith("?e=1")
+
+
 def test_delete_of_a_running_job_checks_the_permission_first(login: Any) -> None:
     running = make_job(status=JobStatus.PROCESSING, locked_by="w1")
     client = login("viewer")  # may view jobs, not delete them
