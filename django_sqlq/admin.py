@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import math
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -76,8 +77,30 @@ def _queue_alias() -> str:
     return get_settings().DATABASE
 
 
+def _compact_json_in_fresh_thread(value: Any) -> str:
+    box: list[str] = []
+
+    def encode() -> None:
+        try:
+            box.append(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+        except RecursionError:
+            box.append('"(nested too deeply to display)"')
+
+    thread = threading.Thread(target=encode, name="sqlq-admin-json")
+    thread.start()
+    thread.join()
+    return box[0] if box else '"(could not display)"'
+
+
 def _pretty_json(value: Any) -> SafeString:
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    except RecursionError:
+        # Indented output is encoded in Python, a few frames per level, on top of the
+        # admin's own deep stack: a payload nested a few hundred levels deep (enqueue
+        # accepts it) overflowed it, a 500. The compact encoder, on the fresh stack of a
+        # thread of its own (as shallow as enqueue's), handles whatever was stored.
+        text = _compact_json_in_fresh_thread(value)
     return format_html('<pre class="sqlq-json">{}</pre>', text)
 
 
