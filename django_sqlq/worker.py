@@ -841,18 +841,37 @@ class Worker:
     ) -> str | None:
         """Write a failed attempt at once. Returns the job's new status, or None if lost."""
         retry_in = self.backoff(job.attempts) if retry else None
-        try:
-            status = self._with_retry(
-                "fail",
-                lambda: lifecycle.fail_or_retry(
-                    self.database,
-                    job,
-                    error,
-                    worker_id=self.worker_id,
-                    retry_in=retry_in,
-                    now=self.now(),
-                ),
+
+        def write() -> str | None:
+            return lifecycle.fail_or_retry(
+                self.database,
+                job,
+                error,
+                worker_id=self.worker_id,
+                retry_in=retry_in,
+                now=self.now(),
             )
+
+        try:
+            try:
+                status = self._with_retry("fail", write)
+            except DatabaseError as exc:
+                if self.forced:
+                    raise
+                # A handler can leave its connection (this thread's) in a session state that
+                # refuses the queue's writes: SET search_path, SET
+                # default_transaction_read_only, PRAGMA query_only... A new connection has
+                # none of it; without one, every later job of this thread lost its outcome.
+                logger.warning(
+                    "Worker %s: could not record the failure of job id=%s (%s: %s); "
+                    "retrying on a new database connection",
+                    self.worker_id,
+                    job.id,
+                    type(exc).__name__,
+                    exc,
+                )
+                _reset_connection(self.database)
+                status = self._with_retry("fail", write)
         finally:
             self._unhold([job.id])
         if status is None:

@@ -9,6 +9,8 @@
 - A handler's declared ``timeout`` holds although the enqueuing process never imported it,
   and for an async handler that blocks its event loop.
 - A return value JSON cannot hold fails the job at once: its side effects do not run again.
+- A handler that leaves its connection's session refusing writes (read-only, another
+  search_path): the worker records outcomes on a fresh connection; no job is left behind.
 """
 
 from __future__ import annotations
@@ -61,6 +63,34 @@ def test_a_handler_that_leaves_its_connection_open_cannot_hurt_the_queue(how, sp
         job.refresh_from_db()
         assert job.status == JobStatus.COMPLETED, job.last_error
     assert "database is locked" not in worker.output()
+
+
+@pytest.mark.parametrize("how", ["read_only", "search_path"])
+@pytest.mark.parametrize("raises", [False, True], ids=["returns", "raises"])
+def test_a_handler_that_changes_its_session_cannot_hurt_the_queue(how, raises, spawn_worker):
+    # Before, on PostgreSQL: the worker records failures on the runner thread's connection,
+    # which the handler had left read-only (or with a search_path without the jobs table):
+    # every later failure of that thread went unrecorded, its jobs stayed `processing`
+    # until their leases ran out (and ran again on the same connection), and --burst ended
+    # with them so.
+    bad = enqueue("faults.poison_session", {"how": how, "raise": raises}, max_attempts=1,
+                  priority=10)  # fmt: skip
+    after = [enqueue("faults.write_order", {"item": f"after-{n}"}, max_attempts=3)
+             for n in range(3)]  # fmt: skip
+    boom = enqueue("tests.boom", max_attempts=1)
+    worker = spawn_worker("--burst", "--concurrency", "1")
+    assert worker.wait(60) == 0, worker.output()
+    bad.refresh_from_db()
+    if raises:
+        assert (bad.status, bad.attempts) == (JobStatus.FAILED, 1)
+        assert bad.last_error.startswith("ValueError: raised after changing the session")
+    else:
+        assert bad.status == JobStatus.COMPLETED
+    # The next job may lose one attempt to the changed session; none is lost or stuck.
+    assert [Job.objects.get(pk=j.pk).status for j in after] == [JobStatus.COMPLETED] * 3
+    assert items() == {"after-0", "after-1", "after-2"}
+    boom.refresh_from_db()
+    assert boom.status == JobStatus.FAILED and "Boom" in boom.last_error
 
 
 def test_after_a_transaction_left_open_the_worker_still_stops_on_sigterm(spawn_worker):

@@ -196,6 +196,25 @@ def leave_open(payload: dict[str, Any]) -> str:
     return how
 
 
+@handler("faults.poison_session")
+def poison_session(payload: dict[str, Any]) -> str:
+    """Leave the connection in a session state that refuses writes (the worker records
+    failures on this thread's connection), then return or raise."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                {"read_only": "SET default_transaction_read_only = on",
+                 "search_path": "SET search_path TO pg_catalog"}[payload["how"]]
+            )  # fmt: skip
+        else:
+            cursor.execute("PRAGMA query_only = 1")
+    if payload.get("raise"):
+        raise ValueError("raised after changing the session")
+    return payload["how"]
+
+
 @handler("faults.declared_timeout", timeout=0.5)
 def declared_timeout(payload: dict[str, Any]) -> int:
     """Runs past its declared timeout (at most ``max_seconds``)."""
