@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
@@ -1087,9 +1087,6 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     )  # fmt: skip
     list_filter = ("hostname",)
     search_fields = ("worker_id", "hostname")
-
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
-        return NulSafeChangeList
     readonly_fields = (
         "worker_id", "hostname", "pid", "queues", "concurrency", "started_at",
         "last_seen_at", "stopped_at", "jobs_done", "jobs_failed",
@@ -1097,6 +1094,9 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = BoundedCountPaginator
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return NulSafeChangeList
 
     class Media:
         css = {"all": ["django_sqlq/admin.css"]}

@@ -908,7 +908,8 @@ def test_searching_digits_that_are_not_an_id_is_not_an_error(login: Any, term: s
     ("page", "query"),
     [("job_changelist", {"status": "\x00"}), ("job_changelist", {"queue": "a\x00"}),
      ("job_changelist", {"type": "\x00", "status": "pending"}),
-     ("failedjob_changelist", {"type": "\x00"}), ("workerprocess_changelist", {"hostname": "\x00"}),
+     ("failedjob_changelist", {"type": "\x00"}),
+     ("workerprocess_changelist", {"hostname": "\x00"}),
      ("job_changelist", {"q": "\x00"})],
 )  # fmt: skip
 def test_a_nul_character_in_a_filter_is_an_invalid_lookup_not_an_error(
