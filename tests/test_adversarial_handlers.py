@@ -60,3 +60,40 @@ def test_a_backoff_policy_that_cannot_be_imported_is_an_error_at_start() -> None
             call_command("sqlq_worker", burst=True, verbosity=0)
         job = enqueue("tests.noop")
     assert Job.objects.get(pk=job.pk).status == JobStatus.PENDING
+
+
+# -- a job retried for ever -------------------------------------------------------------------
+
+
+def test_errors_keeps_the_last_attempts_only() -> None:
+    # Before: one entry per attempt, each up to ~68 KB, without end: a job retried "for
+    # ever" (max_attempts up to 2**31-1 is accepted) grew its row by that much per attempt.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_sqlq import lifecycle
+    from django_sqlq.db.base import MAX_ERROR_ENTRIES
+
+    attempts = MAX_ERROR_ENTRIES + 10
+    with override_settings(SQLQ=SQLQ):
+        job = enqueue("tests.boom", {"why": "again"}, max_attempts=attempts)
+        Worker().run(burst=True, install_signal_handlers=False)
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.FAILED, attempts)
+    assert [e["attempt"] for e in job.errors] == list(range(11, attempts + 1))
+    assert job.last_error.startswith("tests.testapp.jobs.Boom: it went boom: again")
+
+    # The lease-expiry path keeps the same bound.
+    Job.objects.filter(pk=job.pk).update(
+        status=JobStatus.PROCESSING,
+        attempts=attempts - 1,
+        locked_by="gone",
+        lease_expires_at=timezone.now() - timedelta(minutes=1),
+    )
+    lifecycle.reap("default")
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    assert len(job.errors) == MAX_ERROR_ENTRIES
+    assert job.errors[-1]["exception_class"] == "django_sqlq.exceptions.LeaseLostError"
+    assert job.errors[0]["attempt"] == 12
