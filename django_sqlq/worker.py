@@ -1093,7 +1093,11 @@ def _invoke(
 ) -> Any:
     if is_async:
         if timeout is None:
-            return _event_loop().run_until_complete(func(*args))
+            loop = _event_loop()
+            try:
+                return loop.run_until_complete(func(*args))
+            finally:
+                _cancel_leftover_tasks(loop)
         # asyncio.wait_for alone cannot stop a coroutine that blocks its loop (time.sleep,
         # a synchronous client): it never yields. So a timed coroutine runs on a loop of its
         # own in a helper thread, abandoned at the timeout like a timed sync handler.
@@ -1101,6 +1105,27 @@ def _invoke(
     if timeout is None:
         return func(*args)
     return _call_with_timeout(func, args, timeout)
+
+
+LEFTOVER_TASKS_GRACE = 1.0
+
+
+def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a job left on its thread's loop, as ``asyncio.run`` does when its
+    coroutine returns: without it, a task a handler started and never awaited (a periodic
+    flusher, a fire-and-forget call) ran on during every later async job of the thread,
+    one more per job. A task that ignores its cancellation is given
+    ``LEFTOVER_TASKS_GRACE`` seconds, then left to the loop."""
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    with contextlib.suppress(Exception):
+        done, _ = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_TASKS_GRACE))
+        for task in done:  # retrieved: no "exception was never retrieved" at collection
+            if not task.cancelled():
+                task.exception()
 
 
 def _run_timed_coroutine(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:

@@ -5,6 +5,7 @@ tests/faults."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from django.core import checks
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_sqlq import enqueue
+from django_sqlq import enqueue, handler
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
@@ -97,3 +98,55 @@ def test_errors_keeps_the_last_attempts_only() -> None:
     assert len(job.errors) == MAX_ERROR_ENTRIES
     assert job.errors[-1]["exception_class"] == "django_sqlq.exceptions.LeaseLostError"
     assert job.errors[0]["attempt"] == 12
+
+
+# -- async handlers that leave tasks behind ----------------------------------------------------
+
+
+@handler("adversarial.leave_task")
+async def leave_task(payload: dict[str, Any]) -> str:
+    """Start a task that never ends and is never awaited (a periodic flusher, say)."""
+
+    async def forever() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+
+    asyncio.get_running_loop().create_task(forever())
+    if payload.get("raise"):
+        raise ValueError("raised with a task left behind")
+    return "left one behind"
+
+
+@handler("adversarial.stubborn_task")
+async def stubborn_task(payload: dict[str, Any]) -> str:
+    """Leave a task that swallows its cancellation once, then ends."""
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.01)
+
+    asyncio.get_running_loop().create_task(stubborn())
+    return "stubborn"
+
+
+@handler("adversarial.count_tasks")
+async def count_tasks(payload: Any) -> int:
+    return len(asyncio.all_tasks())
+
+
+def test_tasks_an_async_handler_leaves_behind_do_not_pile_up() -> None:
+    # Before: each task left behind ran on during every later async job of the runner
+    # thread, one more per job (the count below was 22).
+    with override_settings(SQLQ=SQLQ):
+        jobs = [enqueue("adversarial.leave_task", {"raise": n % 2}, priority=5,
+                        max_attempts=1) for n in range(20)]  # fmt: skip
+        stubborn = enqueue("adversarial.stubborn_task", priority=5)
+        counter = enqueue("adversarial.count_tasks", priority=-5)
+        Worker().run(burst=True, install_signal_handlers=False)
+    statuses = [Job.objects.get(pk=job.pk).status for job in jobs]
+    assert statuses == [JobStatus.COMPLETED, JobStatus.FAILED] * 10
+    assert Job.objects.get(pk=stubborn.pk).status == JobStatus.COMPLETED
+    counter.refresh_from_db()
+    assert (counter.status, counter.result) == (JobStatus.COMPLETED, 1)  # itself only
