@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError, connections
+from django.utils import timezone, translation
 
 from django_sqlq import _stopsignals, lifecycle, registry, validation
 from django_sqlq.api import encode_json
@@ -928,6 +929,12 @@ class Worker:
         except BaseException as exc:
             _tidy_connections()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
+        finally:
+            # A language or time zone a handler activated (translation.activate(user's
+            # language), as an e-mail job does) stays with the thread, so the next job of
+            # this thread ran with it: its e-mail went out in the previous user's language.
+            translation.deactivate()
+            timezone.deactivate()
         # The same checks as a payload's, size limit included: a result the database would
         # refuse fails the job instead of the write of a batch of completions. For good: the
         # work is done and only its record is impossible; running it again would repeat its

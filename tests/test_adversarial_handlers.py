@@ -150,3 +150,39 @@ def test_tasks_an_async_handler_leaves_behind_do_not_pile_up() -> None:
     assert Job.objects.get(pk=stubborn.pk).status == JobStatus.COMPLETED
     counter.refresh_from_db()
     assert (counter.status, counter.result) == (JobStatus.COMPLETED, 1)  # itself only
+
+
+# -- a language or time zone activated by a handler ----------------------------------------------
+
+
+@handler("adversarial.activate")
+def activate(payload: Any) -> None:
+    """As an e-mail job does for its recipient, without translation.override()."""
+    import zoneinfo
+
+    from django.utils import timezone, translation
+
+    translation.activate("fr")
+    timezone.activate(zoneinfo.ZoneInfo("Asia/Tokyo"))
+    if payload.get("raise"):
+        raise ValueError("raised with fr and Asia/Tokyo active")
+
+
+@handler("adversarial.report_locale")
+def report_locale(payload: Any) -> list[str]:
+    from django.utils import timezone, translation
+
+    return [translation.get_language(), str(timezone.get_current_timezone())]
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["returns", "raises"])
+def test_a_language_or_time_zone_a_handler_activates_does_not_reach_the_next_job(
+    raises: bool,
+) -> None:
+    # Before: the next job of the runner thread ran with them: ["fr", "Asia/Tokyo"].
+    with override_settings(SQLQ=SQLQ):
+        enqueue("adversarial.activate", {"raise": raises}, priority=5, max_attempts=1)
+        report = enqueue("adversarial.report_locale")
+        Worker().run(burst=True, install_signal_handlers=False)
+    report.refresh_from_db()
+    assert report.result == ["en-us", "UTC"]  # settings.LANGUAGE_CODE and TIME_ZONE
