@@ -1158,6 +1158,7 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     done = threading.Event()
 
     def target() -> None:
+        box["connections"] = [connections[alias] for alias in connections]  # this thread's
         try:
             box["result"] = func(*args)
             _check_connections()  # in this thread: the handler's connections are its own
@@ -1171,10 +1172,27 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     thread = threading.Thread(target=target, name="sqlq-timed-job", daemon=True)
     thread.start()
     if not done.wait(timeout):
+        _interrupt_queries(box.get("connections", ()))
         raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s and was abandoned")
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+def _interrupt_queries(wrappers: Iterable[Any]) -> None:
+    """Stop the statement an abandoned call is waiting on, if it waits in a database (the
+    usual way a job hangs: a lock wait, a slow query). Without it the call kept its
+    connection, its transaction and its locks for as long as the statement ran: one more
+    PostgreSQL backend per timed-out attempt. Best effort: a call between statements runs on."""
+    for wrapper in wrappers:
+        raw = wrapper.connection
+        if raw is None:
+            continue
+        with contextlib.suppress(Exception):
+            if wrapper.vendor == "postgresql":
+                raw.cancel()  # thread-safe: a cancel request on a connection of its own
+            elif wrapper.vendor == "sqlite":
+                raw.interrupt()  # thread-safe, by sqlite3's documentation
 
 
 def _reset_connection(alias: str) -> None:

@@ -7,7 +7,8 @@
   honest: writes rolled back mean a failed attempt, never a "completed" job whose writes
   were silently lost; the next job's writes are committed.
 - A handler's declared ``timeout`` holds although the enqueuing process never imported it,
-  and for an async handler that blocks its event loop.
+  and for an async handler that blocks its event loop; a timed-out call waiting in the
+  database has its statement interrupted.
 - A return value JSON cannot hold fails the job at once: its side effects do not run again.
 - A handler that leaves its connection's session refusing writes (read-only, another
   search_path): the worker records outcomes on a fresh connection; no job is left behind.
@@ -136,6 +137,25 @@ def test_an_async_handler_that_blocks_its_loop_still_times_out(tmp_path: Path, s
     assert job.last_error.startswith("django_sqlq.exceptions.JobTimeoutError"), job.last_error
     assert "timeout of 0.5s" in job.last_error
     assert (after.status, after.result) == (JobStatus.COMPLETED, 3)
+
+
+def test_a_timed_out_handler_waiting_in_the_database_is_interrupted(tmp_path: Path, spawn_worker):
+    # Before: the abandoned call went on waiting in its statement, holding its connection
+    # (a PostgreSQL backend), its transaction and its locks for as long as the statement
+    # ran: one more per timed-out attempt.
+    path = tmp_path / "ends"
+    worker = spawn_worker("--concurrency", "1")
+    worker.wait_ready()
+    job = enqueue("faults.db_hang", {"path": str(path), "seconds": 120}, max_attempts=1)
+    after = enqueue("tests.add", {"a": 1, "b": 2})
+    # The statement is stopped soon after the timeout, not run for its 120 s.
+    until(lambda: path.exists() and path.read_text().strip(), 20, "the statement ended")
+    assert path.read_text().split()[0] == "interrupted", worker.output()
+    until(lambda: Job.objects.get(pk=after.pk).status == JobStatus.COMPLETED, 20, "next job")
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "JobTimeoutError" in job.last_error
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
 
 
 @pytest.mark.parametrize("kind", ["datetime", "set"])

@@ -215,6 +215,28 @@ def poison_session(payload: dict[str, Any]) -> str:
     return payload["how"]
 
 
+@handler("faults.db_hang", timeout=0.5)
+def db_hang(payload: dict[str, Any]) -> str:
+    """Wait in the database far past the timeout (a lock wait, a slow query), then append
+    to ``path`` how the statement ended."""
+    from django.db import connection
+
+    try:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT pg_sleep(%s)", [payload.get("seconds", 60)])
+            else:  # a statement that runs for minutes
+                cursor.execute(
+                    "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r "
+                    "LIMIT 10000000000) SELECT count(*) FROM r"
+                )
+    except Exception as exc:
+        append_line(payload["path"], f"interrupted {type(exc).__name__}")
+        raise
+    append_line(payload["path"], "ran to the end")
+    return "ran to the end"
+
+
 @handler("faults.declared_timeout", timeout=0.5)
 def declared_timeout(payload: dict[str, Any]) -> int:
     """Runs past its declared timeout (at most ``max_seconds``)."""
