@@ -217,6 +217,25 @@ def test_worker_durations_at_and_past_their_bounds():
         Worker(lease_seconds=math.inf)
 
 
+@pytest.mark.parametrize(
+    "pragmas",
+    [{"journal_mode": "wal; drop table sqlq_job"}, {"journal_mode": ""}, {"synchronous": 1.5},
+     {"bad name;": 1}, {5: 1}],
+)  # fmt: skip
+def test_sqlite_pragmas_no_pragma_statement_can_hold_are_refused(pragmas):
+    # Before: accepted by the settings and silent in the system checks; every connection to
+    # a SQLite queue database then failed ("Unsafe SQLite pragma value").
+    from django.core import checks
+
+    with override_settings(SQLQ={**SQLQ, "SQLITE_PRAGMAS": pragmas}):
+        with pytest.raises(ConfigurationError, match="SQLITE_PRAGMAS"):
+            get_settings()
+        assert "django_sqlq.E001" in [message.id for message in checks.run_checks()]
+    with override_settings(SQLQ={**SQLQ, "SQLITE_PRAGMAS": {"journal_mode": "WAL",
+                                                            "busy_timeout": 5000}}):  # fmt: skip
+        get_settings()
+
+
 def test_worker_ids_no_engine_can_store_are_refused():
     # Before: accepted; PostgreSQL then refused every claim (too long, a NUL) and the worker
     # retried forever; a lone surrogate raised a bare UnicodeEncodeError.
