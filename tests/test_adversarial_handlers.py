@@ -9,11 +9,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from django.core import checks
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_sqlq import enqueue, handler
+from django_sqlq.checks import check_settings
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
@@ -52,9 +52,7 @@ def test_a_backoff_policy_that_breaks_still_records_the_failed_attempt(policy: s
 
 def test_a_backoff_policy_that_cannot_be_imported_is_an_error_at_start() -> None:
     with override_settings(SQLQ={**SQLQ, "RETRY_BACKOFF": "nowhere.to_be_found"}):
-        assert [m.id for m in checks.run_checks() if m.id == "django_sqlq.E001"] == [
-            "django_sqlq.E001"
-        ]
+        assert [m.id for m in check_settings()] == ["django_sqlq.E001"]
         with pytest.raises(ConfigurationError, match="RETRY_BACKOFF"):
             Worker()
         with pytest.raises(CommandError, match="RETRY_BACKOFF"):

@@ -225,12 +225,12 @@ def test_worker_durations_at_and_past_their_bounds():
 def test_sqlite_pragmas_no_pragma_statement_can_hold_are_refused(pragmas):
     # Before: accepted by the settings and silent in the system checks; every connection to
     # a SQLite queue database then failed ("Unsafe SQLite pragma value").
-    from django.core import checks
+    from django_sqlq.checks import check_settings
 
     with override_settings(SQLQ={**SQLQ, "SQLITE_PRAGMAS": pragmas}):
         with pytest.raises(ConfigurationError, match="SQLITE_PRAGMAS"):
             get_settings()
-        assert "django_sqlq.E001" in [message.id for message in checks.run_checks()]
+        assert [message.id for message in check_settings()] == ["django_sqlq.E001"]
     with override_settings(SQLQ={**SQLQ, "SQLITE_PRAGMAS": {"journal_mode": "WAL",
                                                             "busy_timeout": 5000}}):  # fmt: skip
         get_settings()
