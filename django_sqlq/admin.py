@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import math
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
@@ -77,8 +79,30 @@ def _queue_alias() -> str:
     return get_settings().DATABASE
 
 
+def _compact_json_in_fresh_thread(value: Any) -> str:
+    box: list[str] = []
+
+    def encode() -> None:
+        try:
+            box.append(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+        except RecursionError:
+            box.append('"(nested too deeply to display)"')
+
+    thread = threading.Thread(target=encode, name="sqlq-admin-json")
+    thread.start()
+    thread.join()
+    return box[0] if box else '"(could not display)"'
+
+
 def _pretty_json(value: Any) -> SafeString:
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    except RecursionError:
+        # Indented output is encoded in Python, a few frames per level, on top of the
+        # admin's own deep stack: a payload nested a few hundred levels deep (enqueue
+        # accepts it) overflowed it, a 500. The compact encoder, on the fresh stack of a
+        # thread of its own (as shallow as enqueue's), handles whatever was stored.
+        text = _compact_json_in_fresh_thread(value)
     return format_html('<pre class="sqlq-json">{}</pre>', text)
 
 
@@ -174,7 +198,19 @@ class BoundedCountPaginator(AnyPaginator):
         return Page(rows[: self.per_page], number, self)
 
 
-class JobChangeList(ChangeList):
+class NulSafeChangeList(ChangeList):
+    """A filter value holding a NUL character (``?status=%00``) is an invalid lookup, as
+    Django treats other invalid ones (a redirect to ``?e=1``): no row can hold one, and
+    PostgreSQL refuses the query with a DataError (a 500)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        if any("\x00" in value for _, values in request.GET.lists() for value in values):
+            raise IncorrectLookupParameters("A NUL character in the query string.")
+        queryset: QuerySet[Any] = super().get_queryset(request, exclude_parameters)
+        return queryset
+
+
+class JobChangeList(NulSafeChangeList):
     """Lists read only the head of ``last_error``, and not the JSON columns."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
@@ -1060,6 +1096,9 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = BoundedCountPaginator
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return NulSafeChangeList
 
     class Media:
         css = {"all": ["django_sqlq/admin.css"]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -303,6 +303,11 @@ def enqueue(
     return job
 
 
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def bulk_enqueue(
     target: Target,
     payloads: Iterable[Any],
@@ -319,6 +324,15 @@ def bulk_enqueue(
 
     Every payload is checked before anything is written: one bad payload writes no job.
     """
+    if isinstance(payloads, (str, bytes, bytearray, Mapping)) or not isinstance(
+        payloads, Iterable
+    ):
+        # A string or a dict is iterable, so it made one job per character or per key: the
+        # mistake of passing one payload where the list of them goes.
+        raise PayloadError(
+            "bulk_enqueue() takes a list (or other iterable) of payloads, one per job; got "
+            f"{type(payloads).__name__} {_short_repr(payloads)}. For one job, use enqueue()."
+        )
     conf = get_settings()
     type_name = registry.type_name_for(target)
     items: Sequence[Any] = [{} if p is None else p for p in payloads]

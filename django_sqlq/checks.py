@@ -40,6 +40,12 @@ def check_settings(
         return [
             Error(str(exc), hint="See the settings reference in docs/.", id="django_sqlq.E001")
         ]
+    try:
+        conf.backoff_function()
+    except ConfigurationError as exc:
+        return [
+            Error(str(exc), hint="See the settings reference in docs/.", id="django_sqlq.E001")
+        ]
     if conf.DATABASE not in connections.settings:
         return [
             Error(

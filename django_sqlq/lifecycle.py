@@ -15,6 +15,7 @@ worker that lost its lease can never overwrite the outcome of the worker that to
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import traceback as tb
@@ -29,6 +30,8 @@ from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.validation import MAX_DELAY_SECONDS
 
+logger = logging.getLogger("django_sqlq.worker")
+
 MAX_TRACEBACK_CHARS = 64_000
 MAX_MESSAGE_CHARS = 4_000
 
@@ -41,12 +44,24 @@ def backoff_seconds(
     ``SQLQ["RETRY_BACKOFF"]`` may name a function ``f(attempts) -> seconds`` instead.
     """
     conf = conf or get_settings()
-    custom = conf.backoff_function()
-    if custom is not None:
-        value = float(custom(attempts))
-        # A policy's answer is bounded as a delay at enqueue is: nothing past 100 years,
-        # no NaN (SQLite's date functions would store NULL, PostgreSQL refuses it).
-        return min(MAX_DELAY_SECONDS, max(0.0, value)) if not math.isnan(value) else 0.0
+    if conf.RETRY_BACKOFF != "exponential":
+        try:
+            custom = conf.backoff_function()
+            value = float(custom(attempts)) if custom is not None else math.nan
+        except Exception:
+            # A policy that cannot be imported, raises or answers what is not a number must
+            # not keep the failed attempt from being recorded (the job would wait for its
+            # lease and lose its error): the built-in policy stands in, and the log says so.
+            logger.exception(
+                "SQLQ['RETRY_BACKOFF'] = %r failed for attempts=%d; using the exponential "
+                "backoff instead",
+                conf.RETRY_BACKOFF,
+                attempts,
+            )
+        else:
+            # A policy's answer is bounded as a delay at enqueue is: nothing past 100 years,
+            # no NaN (SQLite's date functions would store NULL, PostgreSQL refuses it).
+            return min(MAX_DELAY_SECONDS, max(0.0, value)) if not math.isnan(value) else 0.0
     delay = min(conf.RETRY_BACKOFF_MAX, conf.RETRY_BACKOFF_BASE * 2 ** max(attempts - 1, 0))
     # +-25% jitter, so jobs that failed together do not all retry in the same instant.
     return float(min(conf.RETRY_BACKOFF_MAX, delay * (0.75 + 0.5 * rand())))

@@ -31,6 +31,8 @@ RUN_AT_MAX = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_TIMEOUT = float(threading.TIMEOUT_MAX)
 # The worker's waits (poll interval, lease): at most a day.
 MAX_INTERVAL_SECONDS = 86400.0
+# A worker's name, stored in ``locked_by`` and ``WorkerProcess.worker_id`` (varchar(255)).
+MAX_WORKER_ID_LENGTH = 255
 
 
 def check_name(what: str, value: object, *, max_length: int) -> str:

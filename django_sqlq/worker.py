@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError, connections
+from django.utils import timezone, translation
 
 from django_sqlq import _stopsignals, lifecycle, registry, validation
 from django_sqlq.api import encode_json
@@ -277,7 +278,15 @@ class Worker:
             allow_zero=True,
             error=ValueError,
         )
-        self.worker_id = worker_id or default_worker_id()
+        # Checked here: one PostgreSQL cannot store (too long, a NUL) failed every claim,
+        # and the worker retried them forever.
+        self.worker_id = (
+            validation.check_name(
+                "worker id", worker_id, max_length=validation.MAX_WORKER_ID_LENGTH
+            )
+            if worker_id
+            else default_worker_id()
+        )
         self.max_jobs = max_jobs
         self.lease_seconds = validation.seconds(
             "lease_seconds",
@@ -286,6 +295,8 @@ class Worker:
             error=ValueError,
         )
         self.clock = clock
+        if backoff is None:
+            conf.backoff_function()  # a policy that cannot be imported: an error at start
         self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
 
         self.stop_event = threading.Event()
@@ -921,18 +932,37 @@ class Worker:
     ) -> str | None:
         """Write a failed attempt at once. Returns the job's new status, or None if lost."""
         retry_in = self.backoff(job.attempts) if retry else None
-        try:
-            status = self._with_retry(
-                "fail",
-                lambda: lifecycle.fail_or_retry(
-                    self.database,
-                    job,
-                    error,
-                    worker_id=self.worker_id,
-                    retry_in=retry_in,
-                    now=self.now(),
-                ),
+
+        def write() -> str | None:
+            return lifecycle.fail_or_retry(
+                self.database,
+                job,
+                error,
+                worker_id=self.worker_id,
+                retry_in=retry_in,
+                now=self.now(),
             )
+
+        try:
+            try:
+                status = self._with_retry("fail", write)
+            except DatabaseError as exc:
+                if self.forced:
+                    raise
+                # A handler can leave its connection (this thread's) in a session state that
+                # refuses the queue's writes: SET search_path, SET
+                # default_transaction_read_only, PRAGMA query_only... A new connection has
+                # none of it; without one, every later job of this thread lost its outcome.
+                logger.warning(
+                    "Worker %s: could not record the failure of job id=%s (%s: %s); "
+                    "retrying on a new database connection",
+                    self.worker_id,
+                    job.id,
+                    type(exc).__name__,
+                    exc,
+                )
+                _reset_connection(self.database)
+                status = self._with_retry("fail", write)
         finally:
             self._unhold([job.id])
         if status is None:
@@ -989,6 +1019,12 @@ class Worker:
         except BaseException as exc:
             _tidy_connections()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
+        finally:
+            # A language or time zone a handler activated (translation.activate(user's
+            # language), as an e-mail job does) stays with the thread, so the next job of
+            # this thread ran with it: its e-mail went out in the previous user's language.
+            translation.deactivate()
+            timezone.deactivate()
         # The same checks as a payload's, size limit included: a result the database would
         # refuse fails the job instead of the write of a batch of completions. For good: the
         # work is done and only its record is impossible; running it again would repeat its
@@ -1153,16 +1189,53 @@ def _invoke(
     func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, *, is_async: bool
 ) -> Any:
     if is_async:
-        coroutine = func(*args)
-        if timeout is not None:
-            coroutine = asyncio.wait_for(coroutine, timeout)
-        try:
-            return _event_loop().run_until_complete(coroutine)
-        except TimeoutError as exc:
-            raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
+        if timeout is None:
+            loop = _event_loop()
+            try:
+                return loop.run_until_complete(func(*args))
+            finally:
+                _cancel_leftover_tasks(loop)
+        # asyncio.wait_for alone cannot stop a coroutine that blocks its loop (time.sleep,
+        # a synchronous client): it never yields. So a timed coroutine runs on a loop of its
+        # own in a helper thread, abandoned at the timeout like a timed sync handler.
+        return _call_with_timeout(_run_timed_coroutine, (func, args, timeout), timeout)
     if timeout is None:
         return func(*args)
     return _call_with_timeout(func, args, timeout)
+
+
+LEFTOVER_TASKS_GRACE = 1.0
+
+
+def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a job left on its thread's loop, as ``asyncio.run`` does when its
+    coroutine returns: without it, a task a handler started and never awaited (a periodic
+    flusher, a fire-and-forget call) ran on during every later async job of the thread,
+    one more per job. A task that ignores its cancellation is given
+    ``LEFTOVER_TASKS_GRACE`` seconds, then left to the loop."""
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    with contextlib.suppress(Exception):
+        done, _ = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_TASKS_GRACE))
+        for task in done:  # retrieved: no "exception was never retrieved" at collection
+            if not task.cancelled():
+                task.exception()
+
+
+def _run_timed_coroutine(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+    """Run the async handler ``func`` on a new event loop, cancelled at ``timeout`` if it
+    yields to the loop by then (its ``finally`` blocks run)."""
+
+    async def timed() -> Any:
+        return await asyncio.wait_for(func(*args), timeout)
+
+    try:
+        return asyncio.run(timed())
+    except TimeoutError as exc:
+        raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
 
 
 def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
@@ -1175,6 +1248,7 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     done = threading.Event()
 
     def target() -> None:
+        box["connections"] = [connections[alias] for alias in connections]  # this thread's
         try:
             box["result"] = func(*args)
             _check_connections()  # in this thread: the handler's connections are its own
@@ -1188,10 +1262,27 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     thread = threading.Thread(target=target, name="sqlq-timed-job", daemon=True)
     thread.start()
     if not done.wait(timeout):
+        _interrupt_queries(box.get("connections", ()))
         raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s and was abandoned")
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+def _interrupt_queries(wrappers: Iterable[Any]) -> None:
+    """Stop the statement an abandoned call is waiting on, if it waits in a database (the
+    usual way a job hangs: a lock wait, a slow query). Without it the call kept its
+    connection, its transaction and its locks for as long as the statement ran: one more
+    PostgreSQL backend per timed-out attempt. Best effort: a call between statements runs on."""
+    for wrapper in wrappers:
+        raw = wrapper.connection
+        if raw is None:
+            continue
+        with contextlib.suppress(Exception):
+            if wrapper.vendor == "postgresql":
+                raw.cancel()  # thread-safe: a cancel request on a connection of its own
+            elif wrapper.vendor == "sqlite":
+                raw.interrupt()  # thread-safe, by sqlite3's documentation
 
 
 def _reset_connection(alias: str) -> None:

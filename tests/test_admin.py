@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from django_sqlq import dashboard, lifecycle
+from django_sqlq import dashboard, enqueue, lifecycle
 from django_sqlq.admin import BoundedCountPaginator
 from django_sqlq.models import FailedJob, Job, JobStatus, WorkerProcess
 
@@ -917,6 +917,41 @@ def test_searching_digits_that_are_not_an_id_is_not_an_error(login: Any, term: s
     shown = [j.pk for j in response.context["cl"].result_list]
     # Unicode digits search the type names; a number no id can be matches nothing.
     assert shown == ([] if term.lstrip("#").isascii() else [job.pk])
+
+
+@pytest.mark.parametrize(
+    ("page", "query"),
+    [("job_changelist", {"status": "\x00"}), ("job_changelist", {"queue": "a\x00"}),
+     ("job_changelist", {"type": "\x00", "status": "pending"}),
+     ("failedjob_changelist", {"type": "\x00"}),
+     ("workerprocess_changelist", {"hostname": "\x00"}),
+     ("job_changelist", {"q": "\x00"})],
+)  # fmt: skip
+def test_a_nul_character_in_a_filter_is_an_invalid_lookup_not_an_error(
+    login: Any, page: str, query: dict[str, str]
+) -> None:
+    # Before: PostgreSQL refused the query (DataError: text fields cannot contain NUL), a 500.
+    make_job()
+    response = login("superuser").get(url(page), query)
+    assert response.status_code in (200, 302)
+    if response.status_code == 302:  # Django's answer to an invalid lookup
+        assert response["Location"].endswith("?e=1")
+
+
+def test_the_job_page_shows_a_payload_and_result_nested_as_deep_as_enqueue_accepts(
+    login: Any,
+) -> None:
+    # Before: the indented JSON of a payload nested 900 levels deep (enqueue accepts it)
+    # overflowed the recursion limit: the job page was a 500.
+    deep: Any = "the-deepest-value"
+    for _ in range(900):
+        deep = [deep]
+    job = enqueue("tests.echo", deep)
+    Job.objects.filter(pk=job.pk).update(result=deep, status=JobStatus.COMPLETED)
+    for client in (login("superuser"), login("viewer")):
+        response = client.get(url("job_change", job.pk))
+        assert response.status_code == 200
+        assert text(response).count("the-deepest-value") == 2  # the payload and the result
 
 
 def test_delete_of_a_running_job_checks_the_permission_first(login: Any) -> None:

@@ -210,6 +210,23 @@ def test_bulk_enqueue_with_one_bad_payload_writes_nothing():
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "payloads", ["abc", b"ab", bytearray(b"ab"), {"to": "a@example.com"}, None, 3]
+)
+def test_bulk_enqueue_refuses_one_payload_where_the_list_goes(payloads):
+    # Before: a string or a dict is iterable, so bulk_enqueue("t", {"to": ...}) made one job
+    # per key ("to"), and a string one per character; None and 3 raised a bare TypeError.
+    with pytest.raises(PayloadError, match=r"takes a list .* use enqueue\(\)"):
+        bulk_enqueue("tests.echo", payloads)
+    assert not Job.objects.exists()
+
+
+def test_bulk_enqueue_takes_any_iterable_of_payloads():
+    jobs = bulk_enqueue("tests.echo", ({"n": n} for n in range(3)))
+    assert len(jobs) == 3 and len(bulk_enqueue("tests.echo", ())) == 0
+    assert sorted(Job.objects.values_list("payload__n", flat=True)) == [0, 1, 2]
+
+
 def test_bulk_enqueue_rolls_back_with_the_caller():
     with pytest.raises(RuntimeError), transaction.atomic():
         bulk_enqueue("tests.echo", [{"n": i} for i in range(10)])

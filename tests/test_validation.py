@@ -11,6 +11,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_sqlq import bulk_enqueue, enqueue, handler
@@ -21,6 +22,7 @@ from django_sqlq.management.commands.sqlq_worker import (
     positive_float,
     queue_name,
     worker_count,
+    worker_id_arg,
 )
 from django_sqlq.models import Job
 from django_sqlq.validation import MAX_DELAY_SECONDS, RUN_AT_MAX, RUN_AT_MIN
@@ -213,6 +215,46 @@ def test_worker_durations_at_and_past_their_bounds():
         Worker(poll_interval=1e10)
     with pytest.raises(ValueError, match="lease_seconds must be"):
         Worker(lease_seconds=math.inf)
+
+
+@pytest.mark.parametrize(
+    "pragmas",
+    [{"journal_mode": "wal; drop table sqlq_job"}, {"journal_mode": ""}, {"synchronous": 1.5},
+     {"bad name;": 1}, {5: 1}],
+)  # fmt: skip
+def test_sqlite_pragmas_no_pragma_statement_can_hold_are_refused(pragmas):
+    # Before: accepted by the settings and silent in the system checks; every connection to
+    # a SQLite queue database then failed ("Unsafe SQLite pragma value").
+    from django_sqlq.checks import check_settings
+
+    with override_settings(SQLQ={**SQLQ, "SQLITE_PRAGMAS": pragmas}):
+        with pytest.raises(ConfigurationError, match="SQLITE_PRAGMAS"):
+            get_settings()
+        assert [message.id for message in check_settings()] == ["django_sqlq.E001"]
+    with override_settings(SQLQ={**SQLQ, "SQLITE_PRAGMAS": {"journal_mode": "WAL",
+                                                            "busy_timeout": 5000}}):  # fmt: skip
+        get_settings()
+
+
+def test_worker_ids_no_engine_can_store_are_refused():
+    # Before: accepted; PostgreSQL then refused every claim (too long, a NUL) and the worker
+    # retried forever; a lone surrogate raised a bare UnicodeEncodeError.
+    longest = "w" * 255
+    assert worker_id_arg(longest) == longest and Worker(worker_id=longest).worker_id == longest
+    assert worker_id_arg("") == ""  # the default id
+    for bad, match in (("w" * 256, "at most 255"), ("w\x00", "NUL"), ("w\ud800", "surrogate")):
+        with pytest.raises(argparse.ArgumentTypeError, match=match):
+            worker_id_arg(bad)
+        with pytest.raises(InvalidJobError, match=match):
+            Worker(worker_id=bad)
+        with pytest.raises(CommandError, match=match) as raised:
+            call_command("sqlq_worker", burst=True, worker_id=bad)
+        assert raised.value.returncode == 2
+    # With --processes N the processes are ID-0 ... ID-(N-1): those must fit too.
+    with pytest.raises(CommandError, match="at most 255") as raised:
+        call_command("sqlq_worker", burst=True, processes=10, worker_id="w" * 254)
+    assert raised.value.returncode == 2
+    assert not Job.objects.exists()
 
 
 # -- the tasks backend -----------------------------------------------------------------------

@@ -45,6 +45,9 @@ class Finished(NamedTuple):
 
 
 CLAIM_COLUMNS = "id, queue, type, payload, attempts, max_attempts, timeout, priority, scheduled_at"
+# ``errors`` keeps the entries of the last attempts only: a job retried for ever (a huge
+# max_attempts) would otherwise grow its row by an entry (up to ~68 KB) per attempt.
+MAX_ERROR_ENTRIES = 50
 
 
 class QueueOps:

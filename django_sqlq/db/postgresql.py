@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django_sqlq.db.base import Finished, QueueOps
+from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps
 
 CHANNEL = "django_sqlq"
 
@@ -102,11 +102,13 @@ _LATER = (
     "(COALESCE(%s::timestamptz, statement_timestamp()) "
     "+ make_interval(secs => %s::double precision))"
 )
+# The last MAX_ERROR_ENTRIES entries (lax mode: fewer when there are fewer).
+_KEEP_LAST = f"'$[last - {MAX_ERROR_ENTRIES - 1} to last]'"
 _LEASE_ERROR = (
-    "COALESCE(errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object("
+    "jsonb_path_query_array(COALESCE(errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object("
     "'attempt', attempts, 'worker_id', locked_by, "
     "'exception_class', 'django_sqlq.exceptions.LeaseLostError', "
-    "'message', 'lease expired', 'traceback', ''))"
+    f"'message', 'lease expired', 'traceback', '')), {_KEEP_LAST})"
 )
 
 
@@ -127,7 +129,10 @@ class PostgreSQLOps(QueueOps):
         return _LATER
 
     def append_error_sql(self) -> str:
-        return "COALESCE(errors, '[]'::jsonb) || jsonb_build_array(%s::jsonb)"
+        return (
+            "jsonb_path_query_array("
+            f"COALESCE(errors, '[]'::jsonb) || jsonb_build_array(%s::jsonb), {_KEEP_LAST})"
+        )
 
     def lease_error_sql(self) -> str:
         return _LEASE_ERROR

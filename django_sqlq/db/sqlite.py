@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_sqlq.db.base import Finished, QueueOps
+from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps
 
 # %% because Django's SQLite cursor turns %s into ? and %% into %.
 _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'))"
@@ -31,8 +31,14 @@ def _local_time() -> bool:
     return not settings.USE_TZ
 
 
+# ``errors`` without its oldest entry once it holds MAX_ERROR_ENTRIES (a path that matches
+# nothing leaves it whole): with the entry appended next, it never grows past the bound.
+_ERRORS_ROOM = (
+    f"json_remove(COALESCE(errors, '[]'), CASE WHEN json_array_length(COALESCE(errors, '[]')) "
+    f">= {MAX_ERROR_ENTRIES} THEN '$[0]' ELSE '$.none' END)"
+)
 _LEASE_ERROR = (
-    "json_insert(COALESCE(errors, '[]'), '$[#]', json_object("
+    f"json_insert({_ERRORS_ROOM}, '$[#]', json_object("
     "'attempt', attempts, 'worker_id', locked_by, "
     "'exception_class', 'django_sqlq.exceptions.LeaseLostError', "
     "'message', 'lease expired', 'traceback', ''))"
@@ -113,7 +119,7 @@ class SQLiteOps(QueueOps):
         return _LATER_LOCAL if _local_time() else _LATER
 
     def append_error_sql(self) -> str:
-        return "json_insert(COALESCE(errors, '[]'), '$[#]', json(%s))"
+        return f"json_insert({_ERRORS_ROOM}, '$[#]', json(%s))"
 
     def lease_error_sql(self) -> str:
         return _LEASE_ERROR

@@ -6,8 +6,12 @@
   never left write-locked), ``--burst`` ends, SIGTERM finishes, and the job's outcome is
   honest: writes rolled back mean a failed attempt, never a "completed" job whose writes
   were silently lost; the next job's writes are committed.
-- A handler's declared ``timeout`` holds although the enqueuing process never imported it.
+- A handler's declared ``timeout`` holds although the enqueuing process never imported it,
+  and for an async handler that blocks its event loop; a timed-out call waiting in the
+  database has its statement interrupted.
 - A return value JSON cannot hold fails the job at once: its side effects do not run again.
+- A handler that leaves its connection's session refusing writes (read-only, another
+  search_path): the worker records outcomes on a fresh connection; no job is left behind.
 """
 
 from __future__ import annotations
@@ -62,6 +66,34 @@ def test_a_handler_that_leaves_its_connection_open_cannot_hurt_the_queue(how, sp
     assert "database is locked" not in worker.output()
 
 
+@pytest.mark.parametrize("how", ["read_only", "search_path"])
+@pytest.mark.parametrize("raises", [False, True], ids=["returns", "raises"])
+def test_a_handler_that_changes_its_session_cannot_hurt_the_queue(how, raises, spawn_worker):
+    # Before, on PostgreSQL: the worker records failures on the runner thread's connection,
+    # which the handler had left read-only (or with a search_path without the jobs table):
+    # every later failure of that thread went unrecorded, its jobs stayed `processing`
+    # until their leases ran out (and ran again on the same connection), and --burst ended
+    # with them so.
+    bad = enqueue("faults.poison_session", {"how": how, "raise": raises}, max_attempts=1,
+                  priority=10)  # fmt: skip
+    after = [enqueue("faults.write_order", {"item": f"after-{n}"}, max_attempts=3)
+             for n in range(3)]  # fmt: skip
+    boom = enqueue("tests.boom", max_attempts=1)
+    worker = spawn_worker("--burst", "--concurrency", "1")
+    assert worker.wait(60) == 0, worker.output()
+    bad.refresh_from_db()
+    if raises:
+        assert (bad.status, bad.attempts) == (JobStatus.FAILED, 1)
+        assert bad.last_error.startswith("ValueError: raised after changing the session")
+    else:
+        assert bad.status == JobStatus.COMPLETED
+    # The next job may lose one attempt to the changed session; none is lost or stuck.
+    assert [Job.objects.get(pk=j.pk).status for j in after] == [JobStatus.COMPLETED] * 3
+    assert items() == {"after-0", "after-1", "after-2"}
+    boom.refresh_from_db()
+    assert boom.status == JobStatus.FAILED and "Boom" in boom.last_error
+
+
 def test_after_a_transaction_left_open_the_worker_still_stops_on_sigterm(spawn_worker):
     worker = spawn_worker("--concurrency", "1")
     worker.wait_ready()
@@ -88,6 +120,42 @@ def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(sp
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "JobTimeoutError" in job.last_error and "timeout of 0.5s" in job.last_error
+
+
+def test_an_async_handler_that_blocks_its_loop_still_times_out(tmp_path: Path, spawn_worker):
+    # Before: asyncio.wait_for never got control back from a coroutine that blocked its
+    # loop, so the timeout never fired and the job (and its runner thread) ran on.
+    release = tmp_path / "release"  # never created while the worker runs
+    job = enqueue("faults.async_block", {"release": str(release)}, max_attempts=1)
+    after = enqueue("tests.async_add", {"a": 1, "b": 2})
+    worker = spawn_worker("--burst", "--concurrency", "1")
+    assert worker.wait(30) == 0, worker.output()
+    release.touch()
+    job.refresh_from_db()
+    after.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert job.last_error.startswith("django_sqlq.exceptions.JobTimeoutError"), job.last_error
+    assert "timeout of 0.5s" in job.last_error
+    assert (after.status, after.result) == (JobStatus.COMPLETED, 3)
+
+
+def test_a_timed_out_handler_waiting_in_the_database_is_interrupted(tmp_path: Path, spawn_worker):
+    # Before: the abandoned call went on waiting in its statement, holding its connection
+    # (a PostgreSQL backend), its transaction and its locks for as long as the statement
+    # ran: one more per timed-out attempt.
+    path = tmp_path / "ends"
+    worker = spawn_worker("--concurrency", "1")
+    worker.wait_ready()
+    job = enqueue("faults.db_hang", {"path": str(path), "seconds": 120}, max_attempts=1)
+    after = enqueue("tests.add", {"a": 1, "b": 2})
+    # The statement is stopped soon after the timeout, not run for its 120 s.
+    until(lambda: path.exists() and path.read_text().strip(), 20, "the statement ended")
+    assert path.read_text().split()[0] == "interrupted", worker.output()
+    until(lambda: Job.objects.get(pk=after.pk).status == JobStatus.COMPLETED, 20, "next job")
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "JobTimeoutError" in job.last_error
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
 
 
 @pytest.mark.parametrize("kind", ["datetime", "set"])

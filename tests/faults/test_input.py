@@ -289,6 +289,12 @@ def sqlq_worker(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[i
             "argument --interval: must be a number of seconds >= 0 and <= 86400, got 86400.5",
         ),
         (["--queue", ""], "argument --queue: a queue name is 1 to 100 characters"),
+        # Before: accepted, and on PostgreSQL every claim then failed ("value too long for
+        # type character varying(255)") and was retried forever: --burst never ended.
+        (
+            ["--worker-id", "w" * 256],
+            "argument --worker-id: A worker id is at most 255 characters; got one of 256.",
+        ),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     ],
 )

@@ -196,10 +196,62 @@ def leave_open(payload: dict[str, Any]) -> str:
     return how
 
 
+@handler("faults.poison_session")
+def poison_session(payload: dict[str, Any]) -> str:
+    """Leave the connection in a session state that refuses writes (the worker records
+    failures on this thread's connection), then return or raise."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                {"read_only": "SET default_transaction_read_only = on",
+                 "search_path": "SET search_path TO pg_catalog"}[payload["how"]]
+            )  # fmt: skip
+        else:
+            cursor.execute("PRAGMA query_only = 1")
+    if payload.get("raise"):
+        raise ValueError("raised after changing the session")
+    return payload["how"]
+
+
+@handler("faults.db_hang", timeout=0.5)
+def db_hang(payload: dict[str, Any]) -> str:
+    """Wait in the database far past the timeout (a lock wait, a slow query), then append
+    to ``path`` how the statement ended."""
+    from django.db import connection
+
+    try:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT pg_sleep(%s)", [payload.get("seconds", 60)])
+            else:  # a statement that runs for minutes
+                cursor.execute(
+                    "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r "
+                    "LIMIT 10000000000) SELECT count(*) FROM r"
+                )
+    except Exception as exc:
+        append_line(payload["path"], f"interrupted {type(exc).__name__}")
+        raise
+    append_line(payload["path"], "ran to the end")
+    return "ran to the end"
+
+
 @handler("faults.declared_timeout", timeout=0.5)
 def declared_timeout(payload: dict[str, Any]) -> int:
     """Runs past its declared timeout (at most ``max_seconds``)."""
     time.sleep(payload.get("max_seconds", 30))
+    return os.getpid()
+
+
+@handler("faults.async_block", timeout=0.5)
+async def async_block(payload: dict[str, Any]) -> int:
+    """An async handler that blocks its event loop (a synchronous call inside ``async def``)
+    past its declared timeout, until ``release`` exists (at most ``max_seconds``)."""
+    release = Path(payload["release"])
+    deadline = time.monotonic() + payload.get("max_seconds", 60)
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # never yields to the loop
     return os.getpid()
 
 

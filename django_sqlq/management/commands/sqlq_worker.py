@@ -80,6 +80,18 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def worker_id_arg(value: str) -> str:
+    """--worker-id: a name every engine can store in ``locked_by`` ("" means the default)."""
+    if not value:
+        return value
+    try:
+        return validation.check_name(
+            "worker id", value, max_length=validation.MAX_WORKER_ID_LENGTH
+        )
+    except InvalidJobError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def queue_name_list(value: str) -> list[str]:
     """db_worker's --queue-name: a comma-separated list, or ``*`` for every queue."""
     names = [queue_name(name.strip()) for name in value.split(",")]
@@ -234,6 +246,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default=None,
+            type=worker_id_arg,
             metavar="ID",
             help="Name of this worker in leases, logs and the admin (default: host:pid:random).",
         )
@@ -328,6 +341,9 @@ class Command(BaseCommand):
         poll_interval = _parsed("poll_interval", poll_interval, positive_float)
         interval = _parsed("interval", interval, interval_seconds)
         queue_names = _parsed("queue_name", queue_names, queue_name_list)
+        worker_id = _parsed("worker_id", worker_id, worker_id_arg)
+        if worker_id and processes > 1:  # the processes are ID-0, ID-1, ...
+            _parsed_one("worker_id", f"{worker_id}-{processes - 1}", worker_id_arg)
         exclude_queues = _parsed("exclude_queues", exclude_queues, queue_list)
         if queues is not None:
             names = [queues] if isinstance(queues, str) else queues
@@ -397,7 +413,7 @@ class Command(BaseCommand):
             # unmigrated is one clear line, not N children crash-looping.
             try:
                 Worker(**worker_kwargs)._check_ready()
-            except WorkerError as exc:
+            except (WorkerError, ConfigurationError) as exc:
                 raise CommandError(str(exc)) from exc
             finally:
                 connections.close_all()
@@ -405,7 +421,10 @@ class Command(BaseCommand):
             sys.exit(
                 Supervisor(processes=processes, worker_kwargs=worker_kwargs, burst=burst).run()
             )
-        worker = Worker(**worker_kwargs)
+        try:
+            worker = Worker(**worker_kwargs)
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
         try:
             worker.run(burst=burst)
         except WorkerError as exc:
