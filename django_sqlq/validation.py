@@ -31,6 +31,8 @@ RUN_AT_MAX = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_TIMEOUT = float(threading.TIMEOUT_MAX)
 # The worker's waits (poll interval, lease): at most a day.
 MAX_INTERVAL_SECONDS = 86400.0
+# A worker id is stored in locked_by and sqlq_worker.worker_id (varchar(255)).
+MAX_WORKER_ID = 255
 
 
 def check_name(what: str, value: object, *, max_length: int) -> str:
@@ -54,6 +56,12 @@ def check_name(what: str, value: object, *, max_length: int) -> str:
             f"A {what} cannot hold a lone surrogate: {value!r} is not valid UTF-8."
         ) from None
     return value
+
+
+def check_worker_id(value: object) -> str:
+    """A worker id (``--worker-id``, ``Worker(worker_id=)``): a name every engine can store
+    in ``locked_by``; PostgreSQL refused anything else at every claim, for ever."""
+    return check_name("worker id", value, max_length=MAX_WORKER_ID)
 
 
 def seconds(

@@ -109,6 +109,14 @@ def interval_seconds(value: str) -> float:
     return number
 
 
+def worker_name(value: str) -> str:
+    """--worker-id: what locked_by can hold (validation.check_worker_id)."""
+    try:
+        return validation.check_worker_id(value)
+    except InvalidJobError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def tasks_backend(value: str) -> str:
     """db_worker's --backend: the alias of a django_sqlq tasks backend in settings.TASKS."""
     from django_sqlq import compat
@@ -234,6 +242,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default=None,
+            type=worker_name,
             metavar="ID",
             help="Name of this worker in leases, logs and the admin (default: host:pid:random).",
         )
@@ -333,6 +342,14 @@ class Command(BaseCommand):
             names = [queues] if isinstance(queues, str) else queues
             queues = [_parsed_one("queue", name, queue_name) for name in names]
         backend_name = _parsed("backend", backend_name, tasks_backend)
+        if worker_id:  # "" (as None): the generated host:pid:random
+            worker_id = _parsed_one("worker_id", worker_id, worker_name)
+            if processes > 1 and len(f"{worker_id}-{processes - 1}") > validation.MAX_WORKER_ID:
+                raise usage_error(
+                    f"--worker-id: with --processes {processes} the processes are named "
+                    f"{worker_id[:20]}...-0 to -{processes - 1}, which must be at most "
+                    f"{validation.MAX_WORKER_ID} characters; give a shorter id."
+                )
         if database is not None and database not in connections.settings:
             raise usage_error(
                 f"Unknown database alias {database!r}; known: {', '.join(connections.settings)}."

@@ -1,0 +1,58 @@
+"""Defects found by trying the switch from django-tasks-db (and the docs) as a user would.
+
+Each test here reproduces one such defect, on both engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_sqlq import enqueue
+from django_sqlq.models import Job, JobStatus
+from django_sqlq.worker import Worker
+from tests.conftest import WorkerProcess
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Worker ids that no engine can store in locked_by (a varchar(255)): PostgreSQL refused them
+# at every claim, so a --burst worker retried for ever instead of exiting.
+BAD_WORKER_IDS = ["x" * 256, "a\x00b", "a\ud800b", "   "]
+
+
+@pytest.mark.parametrize("worker_id", BAD_WORKER_IDS, ids=["long", "nul", "surrogate", "blank"])
+def test_sqlq_worker_refuses_a_worker_id_it_cannot_store(worker_id: str) -> None:
+    job = enqueue("tests.testapp.jobs.noop", {})
+    with pytest.raises(CommandError, match="--worker-id"):
+        call_command("sqlq_worker", batch=True, worker_id=worker_id, verbosity=0)
+    with pytest.raises(ValueError, match="worker id"):
+        Worker(worker_id=worker_id)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.attempts == 0
+
+
+def test_worker_id_leaves_room_for_the_process_suffix() -> None:
+    # With --processes N, process i is "<ID>-<i>": that name must fit too.
+    with pytest.raises(CommandError, match="--worker-id"):
+        call_command("sqlq_worker", burst=True, processes=2, worker_id="w" * 254, verbosity=0)
+
+
+def test_a_burst_worker_with_a_long_worker_id_exits_at_once(
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    enqueue("tests.testapp.jobs.noop", {})
+    worker = spawn_worker("--burst", "--worker-id", "x" * 300)
+    assert worker.wait() == 2
+    assert "--worker-id" in worker.output()
+    assert Job.objects.get().status == JobStatus.PENDING
+
+
+def test_the_longest_worker_id_works(spawn_worker: Callable[..., WorkerProcess]) -> None:
+    job = enqueue("tests.testapp.jobs.noop", {})
+    worker = spawn_worker("--burst", "--worker-id", "x" * 255)
+    assert worker.wait() == 0, worker.output()
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+    assert job.locked_by in ("", "x" * 255)
