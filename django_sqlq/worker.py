@@ -268,7 +268,9 @@ class Worker:
             allow_zero=True,
             error=ValueError,
         )
-        self.worker_id = validation.check_worker_id(worker_id) if worker_id else default_worker_id()
+        self.worker_id = (
+            validation.check_worker_id(worker_id) if worker_id else default_worker_id()
+        )
         self.max_jobs = max_jobs
         self.lease_seconds = validation.seconds(
             "lease_seconds",
