@@ -230,7 +230,7 @@ class SQLQBackend(BaseTaskBackend):
         submit_job(job, on_written=written)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+    def get_result(self, result_id: str | uuid.UUID) -> TaskResult[Any, Any]:
         from django_sqlq.models import Job
 
         public_id = _parse_id(result_id)
@@ -287,7 +287,10 @@ def task_queues() -> tuple[str, ...] | None:
 
 def _parse_id(result_id: object) -> uuid.UUID:
     """The job's UUID in a result id; TaskResultDoesNotExist for anything we never handed
-    out (ids are ``str(uuid)``: 36 characters, lower-case hex and dashes)."""
+    out (ids are ``str(uuid)``: 36 characters, lower-case hex and dashes). A ``uuid.UUID``
+    is taken as it is: a ``UUIDField`` that stored a result id hands it back as one."""
+    if isinstance(result_id, uuid.UUID):
+        return result_id
     if isinstance(result_id, str) and len(result_id) == 36:
         try:
             parsed = uuid.UUID(result_id)
