@@ -226,6 +226,12 @@ class SQLQBackend(BaseTaskBackend):
             object.__setattr__(result, "id", str(job.uuid))
             object.__setattr__(result, "enqueued_at", job.created_at)
             task_enqueued.send(type(self), task_result=result)
+            if get_settings().TESTING == "inline":
+                # As enqueue() does in inline mode: run it now; the result shows the outcome.
+                from django_sqlq.testing import run_inline
+
+                run_inline([job])
+                result.refresh()
 
         submit_job(job, on_written=written)
         return result

@@ -372,3 +372,25 @@ def test_run_jobs_runs_task_framework_tasks_and_sends_its_signals():
     assert result.status == compat.TaskResultStatus.SUCCESSFUL
     assert result.return_value == 5
     assert finished == [compat.TaskResultStatus.SUCCESSFUL]
+
+
+def test_inline_mode_runs_task_framework_tasks_too():
+    """Inline mode is the ImmediateBackend of django_sqlq: a @task's enqueue() runs it at
+    once as well, and the TaskResult it returns carries the outcome (it stayed READY, never
+    run: a test relying on inline mode for tasks saw nothing happen)."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    from tests.testapp import tasks
+
+    with inline():
+        result = tasks.add.enqueue(2, 3)
+        failed = tasks.fail.enqueue("no")
+    assert result.status == compat.TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.worker_ids == ["django_sqlq.testing"]
+    assert tasks.add.get_result(result.id) == result
+    assert failed.status == compat.TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in failed.errors] == ["tests.testapp.tasks.TaskFailed"]
+    refute_enqueued()
