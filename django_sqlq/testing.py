@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -54,7 +54,11 @@ TEST_WORKER_ID = "django_sqlq.testing"
 ENQUEUED_STATUSES: tuple[str, ...] = (JobStatus.PENDING,)
 RUNNABLE_STATUSES: tuple[str, ...] = (JobStatus.PENDING,)
 
-Target = str | Callable[..., Any]
+if TYPE_CHECKING:
+    from django_sqlq.compat import Task
+
+# A job type: a registered name, a dotted path, the handler function, or a @task.
+Target: TypeAlias = "str | Callable[..., Any] | Task[Any, Any]"
 
 CLOCK_SLACK = timedelta(milliseconds=1)
 
@@ -73,7 +77,12 @@ def _alias(using: str | None) -> str:
 
 
 def _type_name(target: Target) -> str:
-    return registry.type_name_for(target)
+    from django_sqlq import compat
+
+    if compat.AVAILABLE and isinstance(target, compat.Task):
+        # A @task: its jobs' type is the function's module path (see backend.enqueue).
+        return str(target.module_path)
+    return registry.type_name_for(cast("str | Callable[..., Any]", target))
 
 
 def _matches(payload: Any, subset: Any) -> bool:

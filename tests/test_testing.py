@@ -394,3 +394,24 @@ def test_inline_mode_runs_task_framework_tasks_too():
     assert failed.status == compat.TaskResultStatus.FAILED
     assert [e.exception_class_path for e in failed.errors] == ["tests.testapp.tasks.TaskFailed"]
     refute_enqueued()
+
+
+def test_assertions_take_a_task_as_the_target():
+    """A Django user asserts on the @task itself, as on a handler function (it raised
+    "enqueue() takes a handler name, dotted path or function")."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    from tests.testapp import tasks
+
+    tasks.add.enqueue(2, 3)
+    tasks.add.using(priority=7).enqueue(4, 5)
+    [job] = assert_enqueued(tasks.add, payload={"args": [2, 3]})
+    assert job.type == "tests.testapp.tasks.add"
+    assert_enqueued(tasks.add, count=2)
+    assert_enqueued(tasks.add.using(priority=7), count=2)  # the function decides the type
+    assert enqueued_jobs(tasks.add, queue="emails") == []
+    refute_enqueued(tasks.echo)
+    with pytest.raises(AssertionError, match=r"no job with type='tests\.testapp\.tasks\.add'"):
+        refute_enqueued(tasks.add)
