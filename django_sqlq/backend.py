@@ -201,7 +201,7 @@ class SQLQBackend(BaseTaskBackend):
             payload=payload,
         )
         if run_after is not None:
-            job.scheduled_at = run_after
+            job.scheduled_at = validation.check_run_at(run_after, what="run_after")
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id="",

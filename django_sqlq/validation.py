@@ -109,8 +109,8 @@ def check_delay(delay: Any) -> float:
 
 
 def check_run_at(run_at: Any, *, what: str = "run_at") -> datetime:
-    """``run_at``: a datetime (aware under USE_TZ, naive local time without it) between
-    RUN_AT_MIN and RUN_AT_MAX."""
+    """``run_at``: a datetime (aware under USE_TZ; without it naive local time, or aware,
+    returned as naive local time) between RUN_AT_MIN and RUN_AT_MAX."""
     if not isinstance(run_at, datetime):
         raise InvalidJobError(f"{what} must be a datetime, got {run_at!r}.")
     if settings.USE_TZ and timezone.is_naive(run_at):
@@ -130,6 +130,10 @@ def check_run_at(run_at: Any, *, what: str = "run_at") -> datetime:
             f"{what} must be between {RUN_AT_MIN.date()} and {RUN_AT_MAX.date()}, "
             f"got {run_at.isoformat()}."
         )
+    if not settings.USE_TZ and timezone.is_aware(run_at):
+        # Stored as Django stores times without USE_TZ: naive, in TIME_ZONE (SQLite refuses
+        # an aware one; Django's tasks framework accepts one for run_after).
+        return timezone.make_naive(run_at)
     return run_at
 
 

@@ -5,10 +5,13 @@ Each test here reproduces one such defect, on both engines.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import override_settings
+from django.utils import timezone
 
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
@@ -56,3 +59,39 @@ def test_the_longest_worker_id_works(spawn_worker: Callable[..., WorkerProcess])
     job.refresh_from_db()
     assert job.status == JobStatus.COMPLETED
     assert job.locked_by in ("", "x" * 255)
+
+
+LOCAL_ZONE = "America/New_York"  # behind UTC: a time misread as UTC is hours off
+
+
+def test_aware_run_at_and_run_after_without_use_tz(
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    """USE_TZ = False: Django's tasks framework accepts an aware run_after (it requires one
+    only under USE_TZ), and so does enqueue(run_at=). SQLite refused to store them (a bare
+    ValueError from the database adapter); both are stored as naive local time."""
+    from django_sqlq import compat
+
+    with override_settings(USE_TZ=False, TIME_ZONE=LOCAL_ZONE):
+        past = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+        future = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        due = enqueue("tests.noop", run_at=past)
+        later = enqueue("tests.noop", run_at=future)
+        assert Job.objects.get(pk=later.pk).scheduled_at == timezone.make_naive(future)
+        results = []
+        if compat.AVAILABLE:
+            from tests.testapp import tasks
+
+            results = [
+                tasks.add.using(run_after=past).enqueue(1, 2),
+                tasks.add.using(run_after=future).enqueue(3, 4),
+            ]
+            # Read back as enqueued (aware), as the framework's backends do.
+            assert tasks.add.get_result(results[1].id) == results[1]
+        worker = spawn_worker("--burst", env={"SQLQ_TEST_LOCAL_TIME_ZONE": LOCAL_ZONE})
+        assert worker.wait(60) == 0, worker.output()
+        assert Job.objects.get(pk=due.pk).status == JobStatus.COMPLETED
+        assert Job.objects.get(pk=later.pk).status == JobStatus.PENDING
+        if results:
+            statuses = [r.task.get_backend().get_result(r.id).status for r in results]
+            assert statuses == [compat.TaskResultStatus.SUCCESSFUL, compat.TaskResultStatus.READY]
