@@ -95,3 +95,29 @@ def test_aware_run_at_and_run_after_without_use_tz(
         if results:
             statuses = [r.task.get_backend().get_result(r.id).status for r in results]
             assert statuses == [compat.TaskResultStatus.SUCCESSFUL, compat.TaskResultStatus.READY]
+
+
+def test_each_call_command_prints_on_its_own_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests call the command several times in one process, each with its own stdout. The
+    log handler the first call added kept writing on the first call's stdout: the next
+    calls' output had no job lines (and, the first stdout closed, logging errors)."""
+    import io
+    import logging
+
+    from django_sqlq import compat
+
+    # A project without LOGGING for these loggers (pytest's root handler aside).
+    for name in ("", "django_sqlq", compat.LOGGER_NAME):
+        monkeypatch.setattr(logging.getLogger(name), "handlers", [])
+    for _ in range(3):
+        enqueue("tests.noop", {})
+        if compat.AVAILABLE:
+            from tests.testapp import tasks
+
+            tasks.add.enqueue(1, 2)
+        out = io.StringIO()
+        call_command("sqlq_worker", batch=True, verbosity=2, stdout=out)
+        assert "type=tests.noop completed" in out.getvalue()
+        if compat.AVAILABLE:
+            assert "state=SUCCESSFUL" in out.getvalue()
+        out.close()

@@ -170,6 +170,22 @@ def _parsed_one(option: str, value: Any, parse: Callable[[str], T]) -> T:
         raise usage_error(f"--{option.replace('_', '-')}: {exc}") from None
 
 
+class _OutputHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler sqlq_worker adds, on its own output, to a logger nothing else prints."""
+
+
+def _print_on(logger: logging.Logger, stream: Any) -> None:
+    """Print ``logger``'s records on ``stream`` (the command's stdout) when neither it nor the
+    root logger has a handler of the project's. A handler an earlier call_command() added in
+    this process is replaced: it wrote on that call's stdout, not this one's."""
+    for old in [h for h in logger.handlers if isinstance(h, _OutputHandler)]:
+        logger.removeHandler(old)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = _OutputHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+
+
 def usage_error(message: str) -> CommandError:
     """A bad option value: exit status 2, as argparse gives for a malformed option."""
     return CommandError(message, returncode=2)
@@ -484,21 +500,11 @@ class Command(BaseCommand):
             return
         logger = logging.getLogger(compat.LOGGER_NAME)
         logger.setLevel(logging.INFO if verbosity == 2 else logging.DEBUG)
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(self.stdout)
-            handler.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-            )
-            logger.addHandler(handler)
+        _print_on(logger, self.stdout)
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_sqlq")
         level, job_level = VERBOSITY_LEVELS[min(max(verbosity, 0), 3)]
         logger.setLevel(level)
         logging.getLogger("django_sqlq.worker.jobs").setLevel(job_level)
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(self.stdout)
-            handler.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-            )
-            logger.addHandler(handler)
+        _print_on(logger, self.stdout)
