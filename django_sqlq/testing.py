@@ -15,6 +15,7 @@ point) offers them as the ``sqlq`` fixture.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -87,10 +88,25 @@ def _type_name(target: Target) -> str:
 
 def _matches(payload: Any, subset: Any) -> bool:
     """``subset`` is a dict whose keys all appear in ``payload`` with equal values, or equals
-    ``payload``."""
+    ``payload``; equal as JSON values (``True`` is not ``1``, a tuple is the list JSON
+    stored)."""
+    # Not JSON: compared as it is (and never equal to what JSON stored).
+    with contextlib.suppress(TypeError, ValueError):
+        subset = json.loads(json.dumps(subset))
     if isinstance(subset, dict) and isinstance(payload, dict):
-        return all(key in payload and payload[key] == value for key, value in subset.items())
-    return bool(payload == subset)
+        return all(key in payload and _same(payload[key], value) for key, value in subset.items())
+    return _same(payload, subset)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` as JSON values: a boolean equals only a boolean (Python's ``True == 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 # -- assertions ---------------------------------------------------------------------------

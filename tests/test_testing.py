@@ -415,3 +415,16 @@ def test_assertions_take_a_task_as_the_target():
     refute_enqueued(tasks.echo)
     with pytest.raises(AssertionError, match=r"no job with type='tests\.testapp\.tasks\.add'"):
         refute_enqueued(tasks.add)
+
+
+def test_payload_matching_tells_booleans_from_numbers_and_takes_tuples():
+    """JSON tells true from 1 and false from 0; Python's == does not, so payload={"notify":
+    True} matched a job enqueued with {"notify": 1} (a passing assertion that should fail).
+    A tuple matches the list JSON stored (enqueue() takes tuples)."""
+    enqueue("tests.echo", {"notify": 1, "count": 0, "ids": [1, 2], "nested": {"on": False}})
+    refute_enqueued("tests.echo", payload={"notify": True})
+    refute_enqueued("tests.echo", payload={"count": False})
+    refute_enqueued("tests.echo", payload={"nested": {"on": 0}})
+    assert_enqueued("tests.echo", payload={"notify": 1, "count": 0, "nested": {"on": False}})
+    assert_enqueued("tests.echo", payload={"ids": (1, 2)})
+    assert_enqueued("tests.echo", payload={"notify": 1.0})  # one JSON number
