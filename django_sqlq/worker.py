@@ -984,6 +984,17 @@ class Worker:
     # -- bookkeeping -------------------------------------------------------------------
 
     def _check_ready(self) -> None:
+        if connections[self.database].in_atomic_block:
+            # A TestCase (or transaction.atomic()) around the worker: its threads' own
+            # connections cannot see what this one has not committed (on SQLite they wait
+            # on its write lock for ever), and it would close this connection at the end.
+            raise WorkerError(
+                f"A worker cannot run inside a transaction on database {self.database!r} (a "
+                "TestCase, or transaction.atomic()): its threads use their own connections, "
+                "which do not see uncommitted jobs. In a test, run the jobs in the test's "
+                "transaction with django_sqlq.testing.run_jobs(), or use TransactionTestCase "
+                "(pytest: django_db(transaction=True))."
+            )
         try:
             Job.objects.using(self.database).only("id").first()
         except DatabaseError as exc:

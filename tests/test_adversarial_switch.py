@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.worker import Worker
+from django_sqlq.worker import Worker, WorkerError
 from tests.conftest import WorkerProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,3 +121,23 @@ def test_each_call_command_prints_on_its_own_stdout(monkeypatch: pytest.MonkeyPa
         if compat.AVAILABLE:
             assert "state=SUCCESSFUL" in out.getvalue()
         out.close()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_sqlq_worker_inside_the_tests_transaction_is_a_clear_error() -> None:
+    """django-tasks-db users call the worker from their tests, as db_worker ran in the test's
+    own thread: call_command("db_worker", batch=True) inside a TestCase. sqlq_worker's threads
+    use their own connections, which cannot see the test's uncommitted jobs: on SQLite the
+    burst worker waited on the test's write lock for ever, on PostgreSQL it found nothing and
+    then closed the test's connection. Now: a clear error naming the way out, and the test's
+    connection still usable."""
+    job = enqueue("tests.noop", {})
+    with pytest.raises(CommandError, match="run_jobs"):
+        call_command(
+            "sqlq_worker", batch=True, interval=0, startup_delay=False, queue_name="*",
+            max_tasks=5, worker_id="w1", verbosity=0,
+        )  # fmt: skip
+    with pytest.raises(WorkerError, match="inside a transaction"):
+        Worker().run(burst=True, install_signal_handlers=False)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
