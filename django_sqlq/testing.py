@@ -163,6 +163,8 @@ def assert_enqueued(
 ) -> list[Job]:
     """Fail unless a job matching (see :func:`enqueued_jobs`) is enqueued; exactly ``count``
     of them if given. Returns the matching jobs."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise ValueError(f"count must be a whole number >= 0, got {count!r}.")
     found = enqueued_jobs(target, payload=payload, queue=queue, using=using)
     if (count is None and not found) or (count is not None and len(found) != count):
         wanted = "at least one job" if count is None else f"{count} job(s)"
@@ -238,6 +240,10 @@ def run_jobs(
     has its database writes rolled back (it runs in a savepoint), so the test's transaction
     stays usable. Handlers' ``timeout`` is not enforced for synchronous handlers.
     """
+    if max_jobs is not None and (
+        isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1
+    ):
+        raise ValueError(f"max_jobs must be a whole number >= 1, got {max_jobs!r}.")
     alias = _alias(using)
     queues = [queue] if isinstance(queue, str) else list(queue) if queue is not None else None
     result = RunResult()

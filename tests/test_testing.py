@@ -428,3 +428,15 @@ def test_payload_matching_tells_booleans_from_numbers_and_takes_tuples():
     assert_enqueued("tests.echo", payload={"notify": 1, "count": 0, "nested": {"on": False}})
     assert_enqueued("tests.echo", payload={"ids": (1, 2)})
     assert_enqueued("tests.echo", payload={"notify": 1.0})  # one JSON number
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "1", True])
+def test_a_bad_count_or_max_jobs_is_an_error_not_a_silent_pass(bad):
+    """run_jobs(max_jobs=-1) ran nothing and reported nothing, assert_enqueued(count=-1)
+    could only fail with a puzzling message: bad input is an error at once."""
+    enqueue("tests.noop")
+    with pytest.raises(ValueError, match="count must be"):
+        assert_enqueued("tests.noop", count=bad)
+    with pytest.raises(ValueError, match="max_jobs must be"):
+        run_jobs(max_jobs=bad if bad != 1.5 else 0)
+    assert run_jobs(max_jobs=1).completed == 1
