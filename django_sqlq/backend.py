@@ -202,7 +202,7 @@ class SQLQBackend(BaseTaskBackend):
             payload=payload,
         )
         if run_after is not None:
-            job.scheduled_at = run_after
+            job.scheduled_at = validation.check_run_at(run_after, what="run_after")
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id="",
@@ -227,11 +227,17 @@ class SQLQBackend(BaseTaskBackend):
             object.__setattr__(result, "id", str(job.uuid))
             object.__setattr__(result, "enqueued_at", job.created_at)
             task_enqueued.send(type(self), task_result=result)
+            if get_settings().TESTING == "inline":
+                # As enqueue() does in inline mode: run it now; the result shows the outcome.
+                from django_sqlq.testing import run_inline
+
+                run_inline([job])
+                result.refresh()
 
         submit_job(job, on_written=written)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+    def get_result(self, result_id: str | uuid.UUID) -> TaskResult[Any, Any]:
         from django_sqlq.models import Job
 
         public_id = _parse_id(result_id)
@@ -288,7 +294,10 @@ def task_queues() -> tuple[str, ...] | None:
 
 def _parse_id(result_id: object) -> uuid.UUID:
     """The job's UUID in a result id; TaskResultDoesNotExist for anything we never handed
-    out (ids are ``str(uuid)``: 36 characters, lower-case hex and dashes)."""
+    out (ids are ``str(uuid)``: 36 characters, lower-case hex and dashes). A ``uuid.UUID``
+    is taken as it is: a ``UUIDField`` that stored a result id hands it back as one."""
+    if isinstance(result_id, uuid.UUID):
+        return result_id
     if isinstance(result_id, str) and len(result_id) == 36:
         try:
             parsed = uuid.UUID(result_id)

@@ -35,14 +35,21 @@ class QueueRouter:
     app_label = APP_LABEL
 
     def db_for_read(self, model: type[Model], **hints: Any) -> str | None:
-        if model._meta.app_label == self.app_label:
-            return _queue_alias()
-        return None
+        return self._db_for(model, hints)
 
     def db_for_write(self, model: type[Model], **hints: Any) -> str | None:
-        if model._meta.app_label == self.app_label:
-            return _queue_alias()
-        return None
+        return self._db_for(model, hints)
+
+    def _db_for(self, model: type[Model], hints: dict[str, Any]) -> str | None:
+        if model._meta.app_label != self.app_label:
+            return None
+        # A job read from a given database (Job.objects.using("default"), the old table of
+        # a move) is saved, deleted and refreshed there, as Django's default routing does:
+        # on the queue database it would overwrite or delete another job with its id.
+        instance = hints.get("instance")
+        if isinstance(instance, model) and instance._state.db:
+            return str(instance._state.db)
+        return _queue_alias()
 
     def allow_relation(self, obj1: Model, obj2: Model, **hints: Any) -> bool | None:
         ours = (obj1._meta.app_label == self.app_label, obj2._meta.app_label == self.app_label)

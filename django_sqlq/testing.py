@@ -15,11 +15,12 @@ point) offers them as the ``sqlq`` fixture.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -54,7 +55,11 @@ TEST_WORKER_ID = "django_sqlq.testing"
 ENQUEUED_STATUSES: tuple[str, ...] = (JobStatus.PENDING, JobStatus.SCHEDULED)
 RUNNABLE_STATUSES: tuple[str, ...] = (JobStatus.PENDING, JobStatus.SCHEDULED)
 
-Target = str | Callable[..., Any]
+if TYPE_CHECKING:
+    from django_sqlq.compat import Task
+
+# A job type: a registered name, a dotted path, the handler function, or a @task.
+Target: TypeAlias = "str | Callable[..., Any] | Task[Any, Any]"
 
 CLOCK_SLACK = timedelta(milliseconds=1)
 
@@ -73,15 +78,35 @@ def _alias(using: str | None) -> str:
 
 
 def _type_name(target: Target) -> str:
-    return registry.type_name_for(target)
+    from django_sqlq import compat
+
+    if compat.AVAILABLE and isinstance(target, compat.Task):
+        # A @task: its jobs' type is the function's module path (see backend.enqueue).
+        return str(target.module_path)
+    return registry.type_name_for(cast("str | Callable[..., Any]", target))
 
 
 def _matches(payload: Any, subset: Any) -> bool:
     """``subset`` is a dict whose keys all appear in ``payload`` with equal values, or equals
-    ``payload``."""
+    ``payload``; equal as JSON values (``True`` is not ``1``, a tuple is the list JSON
+    stored)."""
+    # Not JSON: compared as it is (and never equal to what JSON stored).
+    with contextlib.suppress(TypeError, ValueError):
+        subset = json.loads(json.dumps(subset))
     if isinstance(subset, dict) and isinstance(payload, dict):
-        return all(key in payload and payload[key] == value for key, value in subset.items())
-    return bool(payload == subset)
+        return all(key in payload and _same(payload[key], value) for key, value in subset.items())
+    return _same(payload, subset)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` as JSON values: a boolean equals only a boolean (Python's ``True == 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 # -- assertions ---------------------------------------------------------------------------
@@ -138,6 +163,8 @@ def assert_enqueued(
 ) -> list[Job]:
     """Fail unless a job matching (see :func:`enqueued_jobs`) is enqueued; exactly ``count``
     of them if given. Returns the matching jobs."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise ValueError(f"count must be a whole number >= 0, got {count!r}.")
     found = enqueued_jobs(target, payload=payload, queue=queue, using=using)
     if (count is None and not found) or (count is not None and len(found) != count):
         wanted = "at least one job" if count is None else f"{count} job(s)"
@@ -213,6 +240,10 @@ def run_jobs(
     has its database writes rolled back (it runs in a savepoint), so the test's transaction
     stays usable. Handlers' ``timeout`` is not enforced for synchronous handlers.
     """
+    if max_jobs is not None and (
+        isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1
+    ):
+        raise ValueError(f"max_jobs must be a whole number >= 1, got {max_jobs!r}.")
     alias = _alias(using)
     queues = [queue] if isinstance(queue, str) else list(queue) if queue is not None else None
     result = RunResult()

@@ -31,8 +31,8 @@ RUN_AT_MAX = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_TIMEOUT = float(threading.TIMEOUT_MAX)
 # The worker's waits (poll interval, lease): at most a day.
 MAX_INTERVAL_SECONDS = 86400.0
-# A worker's name, stored in ``locked_by`` and ``WorkerProcess.worker_id`` (varchar(255)).
-MAX_WORKER_ID_LENGTH = 255
+# A worker id is stored in locked_by and sqlq_worker.worker_id (varchar(255)).
+MAX_WORKER_ID = 255
 
 
 def check_name(what: str, value: object, *, max_length: int) -> str:
@@ -56,6 +56,12 @@ def check_name(what: str, value: object, *, max_length: int) -> str:
             f"A {what} cannot hold a lone surrogate: {value!r} is not valid UTF-8."
         ) from None
     return value
+
+
+def check_worker_id(value: object) -> str:
+    """A worker id (``--worker-id``, ``Worker(worker_id=)``): a name every engine can store
+    in ``locked_by``; PostgreSQL refused anything else at every claim, for ever."""
+    return check_name("worker id", value, max_length=MAX_WORKER_ID)
 
 
 def seconds(
@@ -103,8 +109,8 @@ def check_delay(delay: Any) -> float:
 
 
 def check_run_at(run_at: Any, *, what: str = "run_at") -> datetime:
-    """``run_at``: a datetime (aware under USE_TZ, naive local time without it) between
-    RUN_AT_MIN and RUN_AT_MAX."""
+    """``run_at``: a datetime (aware under USE_TZ; without it naive local time, or aware,
+    returned as naive local time) between RUN_AT_MIN and RUN_AT_MAX."""
     if not isinstance(run_at, datetime):
         raise InvalidJobError(f"{what} must be a datetime, got {run_at!r}.")
     if settings.USE_TZ and timezone.is_naive(run_at):
@@ -124,6 +130,10 @@ def check_run_at(run_at: Any, *, what: str = "run_at") -> datetime:
             f"{what} must be between {RUN_AT_MIN.date()} and {RUN_AT_MAX.date()}, "
             f"got {run_at.isoformat()}."
         )
+    if not settings.USE_TZ and timezone.is_aware(run_at):
+        # Stored as Django stores times without USE_TZ: naive, in TIME_ZONE (SQLite refuses
+        # an aware one; Django's tasks framework accepts one for run_after).
+        return timezone.make_naive(run_at)
     return run_at
 
 

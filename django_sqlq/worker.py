@@ -278,14 +278,8 @@ class Worker:
             allow_zero=True,
             error=ValueError,
         )
-        # Checked here: one PostgreSQL cannot store (too long, a NUL) failed every claim,
-        # and the worker retried them forever.
         self.worker_id = (
-            validation.check_name(
-                "worker id", worker_id, max_length=validation.MAX_WORKER_ID_LENGTH
-            )
-            if worker_id
-            else default_worker_id()
+            validation.check_worker_id(worker_id) if worker_id else default_worker_id()
         )
         self.max_jobs = max_jobs
         self.lease_seconds = validation.seconds(
@@ -1108,6 +1102,17 @@ class Worker:
     # -- bookkeeping -------------------------------------------------------------------
 
     def _check_ready(self) -> None:
+        if connections[self.database].in_atomic_block:
+            # A TestCase (or transaction.atomic()) around the worker: its threads' own
+            # connections cannot see what this one has not committed (on SQLite they wait
+            # on its write lock for ever), and it would close this connection at the end.
+            raise WorkerError(
+                f"A worker cannot run inside a transaction on database {self.database!r} (a "
+                "TestCase, or transaction.atomic()): its threads use their own connections, "
+                "which do not see uncommitted jobs. In a test, run the jobs in the test's "
+                "transaction with django_sqlq.testing.run_jobs(), or use TransactionTestCase "
+                "(pytest: django_db(transaction=True))."
+            )
         try:
             Job.objects.using(self.database).only("id").first()
         except DatabaseError as exc:

@@ -20,11 +20,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.core.management import CommandError, call_command
-from django.db import connections, transaction
+from django.db import connections, models, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -187,6 +187,22 @@ def test_result_ids_are_unguessable_uuids_and_nothing_else_is_found(tasks, backe
             backend.get_result(bad)
     with pytest.raises(compat.TaskResultMismatch):
         tasks.add.get_result(echo.id)
+
+
+def test_a_result_id_read_back_from_a_uuidfield_is_found(tasks, backend):
+    # An app stores result.id in a models.UUIDField, which hands it back as a uuid.UUID:
+    # django-tasks-db's get_result() takes that (its ids are a UUIDField); so must ours.
+    result = tasks.add.enqueue(1, 2)
+    stored = models.UUIDField().to_python(result.id)
+    assert isinstance(stored, uuid.UUID)
+    assert backend.get_result(stored) == result
+    assert tasks.add.get_result(stored).id == result.id
+    assert async_to_sync(backend.aget_result)(stored) == result
+    with pytest.raises(compat.TaskResultDoesNotExist):
+        backend.get_result(uuid.uuid4())
+    handler_job = enqueue("tests.noop")
+    with pytest.raises(compat.TaskResultDoesNotExist):
+        backend.get_result(handler_job.uuid)
 
 
 def test_validation_happens_again_at_enqueue(tasks, backend):

@@ -61,6 +61,32 @@ def test_with_the_router_orm_writes_go_to_the_fresh_database_too():
     assert not Job.objects.using("default").filter(pk=job.pk).exists()
 
 
+@override_settings(SQLQ=ON_OTHER, DATABASE_ROUTERS=[ROUTER])
+def test_with_the_router_a_job_read_from_the_old_database_stays_there():
+    """The move of docs/howto/sqlite-to-postgresql.md: jobs read from the old database with
+    Job.objects.using("default"), then saved or deleted one by one. The router sent those
+    writes to the new database, where they overwrote or deleted *another* job with the same
+    id. An instance's own database wins, as with Django's default routing."""
+    old = Job.objects.using("default").create(type="tests.echo", payload={"old": True})
+    new = Job.objects.using("other").create(pk=old.pk, type="tests.echo", payload={"new": True})
+    moved = Job.objects.using("default").get(pk=old.pk)
+    moved.priority = 50
+    moved.save()
+    assert Job.objects.using("default").get(pk=old.pk).priority == 50
+    new.refresh_from_db()
+    assert (new.payload, new.priority) == ({"new": True}, 0)
+    assert moved._state.db == "default"
+    moved.refresh_from_db()  # reads where it came from
+    for job in Job.objects.using("default").pending():
+        job.delete()
+    assert not Job.objects.using("default").exists()
+    assert Job.objects.using("other").get().payload == {"new": True}
+    # Without an instance, the router still sends everything to the queue database.
+    fresh = Job(type="tests.echo", payload={})
+    fresh.save()
+    assert fresh._state.db == "other"
+
+
 # -- the router's answers -------------------------------------------------------------------
 
 

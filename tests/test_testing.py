@@ -372,3 +372,71 @@ def test_run_jobs_runs_task_framework_tasks_and_sends_its_signals():
     assert result.status == compat.TaskResultStatus.SUCCESSFUL
     assert result.return_value == 5
     assert finished == [compat.TaskResultStatus.SUCCESSFUL]
+
+
+def test_inline_mode_runs_task_framework_tasks_too():
+    """Inline mode is the ImmediateBackend of django_sqlq: a @task's enqueue() runs it at
+    once as well, and the TaskResult it returns carries the outcome (it stayed READY, never
+    run: a test relying on inline mode for tasks saw nothing happen)."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    from tests.testapp import tasks
+
+    with inline():
+        result = tasks.add.enqueue(2, 3)
+        failed = tasks.fail.enqueue("no")
+    assert result.status == compat.TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.worker_ids == ["django_sqlq.testing"]
+    assert tasks.add.get_result(result.id) == result
+    assert failed.status == compat.TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in failed.errors] == ["tests.testapp.tasks.TaskFailed"]
+    refute_enqueued()
+
+
+def test_assertions_take_a_task_as_the_target():
+    """A Django user asserts on the @task itself, as on a handler function (it raised
+    "enqueue() takes a handler name, dotted path or function")."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    from tests.testapp import tasks
+
+    tasks.add.enqueue(2, 3)
+    tasks.add.using(priority=7).enqueue(4, 5)
+    [job] = assert_enqueued(tasks.add, payload={"args": [2, 3]})
+    assert job.type == "tests.testapp.tasks.add"
+    assert_enqueued(tasks.add, count=2)
+    assert_enqueued(tasks.add.using(priority=7), count=2)  # the function decides the type
+    assert enqueued_jobs(tasks.add, queue="emails") == []
+    refute_enqueued(tasks.echo)
+    with pytest.raises(AssertionError, match=r"no job with type='tests\.testapp\.tasks\.add'"):
+        refute_enqueued(tasks.add)
+
+
+def test_payload_matching_tells_booleans_from_numbers_and_takes_tuples():
+    """JSON tells true from 1 and false from 0; Python's == does not, so payload={"notify":
+    True} matched a job enqueued with {"notify": 1} (a passing assertion that should fail).
+    A tuple matches the list JSON stored (enqueue() takes tuples)."""
+    enqueue("tests.echo", {"notify": 1, "count": 0, "ids": [1, 2], "nested": {"on": False}})
+    refute_enqueued("tests.echo", payload={"notify": True})
+    refute_enqueued("tests.echo", payload={"count": False})
+    refute_enqueued("tests.echo", payload={"nested": {"on": 0}})
+    assert_enqueued("tests.echo", payload={"notify": 1, "count": 0, "nested": {"on": False}})
+    assert_enqueued("tests.echo", payload={"ids": (1, 2)})
+    assert_enqueued("tests.echo", payload={"notify": 1.0})  # one JSON number
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "1", True])
+def test_a_bad_count_or_max_jobs_is_an_error_not_a_silent_pass(bad):
+    """run_jobs(max_jobs=-1) ran nothing and reported nothing, assert_enqueued(count=-1)
+    could only fail with a puzzling message: bad input is an error at once."""
+    enqueue("tests.noop")
+    with pytest.raises(ValueError, match="count must be"):
+        assert_enqueued("tests.noop", count=bad)
+    with pytest.raises(ValueError, match="max_jobs must be"):
+        run_jobs(max_jobs=bad if bad != 1.5 else 0)
+    assert run_jobs(max_jobs=1).completed == 1

@@ -22,7 +22,7 @@ from django_sqlq.management.commands.sqlq_worker import (
     positive_float,
     queue_name,
     worker_count,
-    worker_id_arg,
+    worker_name,
 )
 from django_sqlq.models import Job
 from django_sqlq.validation import MAX_DELAY_SECONDS, RUN_AT_MAX, RUN_AT_MIN
@@ -240,11 +240,10 @@ def test_worker_ids_no_engine_can_store_are_refused():
     # Before: accepted; PostgreSQL then refused every claim (too long, a NUL) and the worker
     # retried forever; a lone surrogate raised a bare UnicodeEncodeError.
     longest = "w" * 255
-    assert worker_id_arg(longest) == longest and Worker(worker_id=longest).worker_id == longest
-    assert worker_id_arg("") == ""  # the default id
+    assert worker_name(longest) == longest and Worker(worker_id=longest).worker_id == longest
     for bad, match in (("w" * 256, "at most 255"), ("w\x00", "NUL"), ("w\ud800", "surrogate")):
         with pytest.raises(argparse.ArgumentTypeError, match=match):
-            worker_id_arg(bad)
+            worker_name(bad)
         with pytest.raises(InvalidJobError, match=match):
             Worker(worker_id=bad)
         with pytest.raises(CommandError, match=match) as raised:

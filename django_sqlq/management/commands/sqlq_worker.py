@@ -80,18 +80,6 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def worker_id_arg(value: str) -> str:
-    """--worker-id: a name every engine can store in ``locked_by`` ("" means the default)."""
-    if not value:
-        return value
-    try:
-        return validation.check_name(
-            "worker id", value, max_length=validation.MAX_WORKER_ID_LENGTH
-        )
-    except InvalidJobError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def queue_name_list(value: str) -> list[str]:
     """db_worker's --queue-name: a comma-separated list, or ``*`` for every queue."""
     names = [queue_name(name.strip()) for name in value.split(",")]
@@ -119,6 +107,14 @@ def interval_seconds(value: str) -> float:
             f"must be a number of seconds >= 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
         )
     return number
+
+
+def worker_name(value: str) -> str:
+    """--worker-id: what locked_by can hold (validation.check_worker_id)."""
+    try:
+        return validation.check_worker_id(value)
+    except InvalidJobError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def tasks_backend(value: str) -> str:
@@ -172,6 +168,22 @@ def _parsed_one(option: str, value: Any, parse: Callable[[str], T]) -> T:
         return parse(text)
     except argparse.ArgumentTypeError as exc:
         raise usage_error(f"--{option.replace('_', '-')}: {exc}") from None
+
+
+class _OutputHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler sqlq_worker adds, on its own output, to a logger nothing else prints."""
+
+
+def _print_on(logger: logging.Logger, stream: Any) -> None:
+    """Print ``logger``'s records on ``stream`` (the command's stdout) when neither it nor the
+    root logger has a handler of the project's. A handler an earlier call_command() added in
+    this process is replaced: it wrote on that call's stdout, not this one's."""
+    for old in [h for h in logger.handlers if isinstance(h, _OutputHandler)]:
+        logger.removeHandler(old)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = _OutputHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
 
 
 def usage_error(message: str) -> CommandError:
@@ -246,7 +258,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default=None,
-            type=worker_id_arg,
+            type=worker_name,
             metavar="ID",
             help="Name of this worker in leases, logs and the admin (default: host:pid:random).",
         )
@@ -341,14 +353,19 @@ class Command(BaseCommand):
         poll_interval = _parsed("poll_interval", poll_interval, positive_float)
         interval = _parsed("interval", interval, interval_seconds)
         queue_names = _parsed("queue_name", queue_names, queue_name_list)
-        worker_id = _parsed("worker_id", worker_id, worker_id_arg)
-        if worker_id and processes > 1:  # the processes are ID-0, ID-1, ...
-            _parsed_one("worker_id", f"{worker_id}-{processes - 1}", worker_id_arg)
         exclude_queues = _parsed("exclude_queues", exclude_queues, queue_list)
         if queues is not None:
             names = [queues] if isinstance(queues, str) else queues
             queues = [_parsed_one("queue", name, queue_name) for name in names]
         backend_name = _parsed("backend", backend_name, tasks_backend)
+        if worker_id:  # "" (as None): the generated host:pid:random
+            worker_id = _parsed_one("worker_id", worker_id, worker_name)
+            if processes > 1 and len(f"{worker_id}-{processes - 1}") > validation.MAX_WORKER_ID:
+                raise usage_error(
+                    f"--worker-id: with --processes {processes} the processes are named "
+                    f"{worker_id[:20]}...-0 to -{processes - 1}, which must be at most "
+                    f"{validation.MAX_WORKER_ID} characters; give a shorter id."
+                )
         if database is not None and database not in connections.settings:
             raise usage_error(
                 f"Unknown database alias {database!r}; known: {', '.join(connections.settings)}."
@@ -486,21 +503,11 @@ class Command(BaseCommand):
             return
         logger = logging.getLogger(compat.LOGGER_NAME)
         logger.setLevel(logging.INFO if verbosity == 2 else logging.DEBUG)
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(self.stdout)
-            handler.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-            )
-            logger.addHandler(handler)
+        _print_on(logger, self.stdout)
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_sqlq")
         level, job_level = VERBOSITY_LEVELS[min(max(verbosity, 0), 3)]
         logger.setLevel(level)
         logging.getLogger("django_sqlq.worker.jobs").setLevel(job_level)
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(self.stdout)
-            handler.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-            )
-            logger.addHandler(handler)
+        _print_on(logger, self.stdout)
