@@ -91,7 +91,7 @@ def test_aware_run_at_and_run_after_without_use_tz(
         worker = spawn_worker("--burst", env={"SQLQ_TEST_LOCAL_TIME_ZONE": LOCAL_ZONE})
         assert worker.wait(60) == 0, worker.output()
         assert Job.objects.get(pk=due.pk).status == JobStatus.COMPLETED
-        assert Job.objects.get(pk=later.pk).status == JobStatus.PENDING
+        assert Job.objects.get(pk=later.pk).status == JobStatus.SCHEDULED
         if results:
             statuses = [r.task.get_backend().get_result(r.id).status for r in results]
             assert statuses == [compat.TaskResultStatus.SUCCESSFUL, compat.TaskResultStatus.READY]
