@@ -131,7 +131,7 @@ def test_naive_local_times_agree_with_the_database_clock(spawn_worker):
             for name, job in (("later", later), ("delayed", delayed), ("due", due),
                               ("failed", failed))
         }  # fmt: skip
-        assert statuses == {"later": JobStatus.PENDING, "delayed": JobStatus.PENDING,
+        assert statuses == {"later": JobStatus.SCHEDULED, "delayed": JobStatus.SCHEDULED,
                             "due": JobStatus.COMPLETED, "failed": JobStatus.FAILED}  # fmt: skip
         # What the database wrote is local time too: within minutes of now, not hours.
         done = Job.objects.get(pk=due.pk)
@@ -146,4 +146,4 @@ def test_naive_local_times_agree_with_the_database_clock(spawn_worker):
         assert Job.objects.get(pk=later.pk).status == JobStatus.COMPLETED
         assert Job.objects.get(pk=failed.pk).status == JobStatus.FAILED  # ran (and failed) again
         assert Job.objects.get(pk=failed.pk).attempts == 1
-        assert Job.objects.get(pk=delayed.pk).status == JobStatus.PENDING
+        assert Job.objects.get(pk=delayed.pk).status == JobStatus.SCHEDULED
