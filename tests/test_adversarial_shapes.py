@@ -1,0 +1,40 @@
+"""Shapes production sites load the queue with, found by adversarial testing (issue 10's
+claim, scheduled status and worker): each test is a defect that was found and fixed."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_sqlq import enqueue, lifecycle
+from django_sqlq.models import Job, JobStatus
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _idle_worker(spawn_worker):  # type: ignore[no-untyped-def]
+    # A poll interval far beyond the deadlines below: only a wake-up can start the job in time.
+    worker = spawn_worker("--poll-interval", "600", "-v", "3")
+    worker.wait_ready()
+    return worker
+
+
+def test_run_now_wakes_an_idle_worker(spawn_worker):
+    """The admin's "run now" on a job scheduled for later starts it at once, like an enqueue:
+    on PostgreSQL it used to wait for the idle worker's next poll."""
+    job = enqueue("tests.noop", delay=3600)
+    _idle_worker(spawn_worker)
+    assert lifecycle.run_now([job.pk]).changed == 1
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=60)
+
+
+def test_retry_now_wakes_an_idle_worker(spawn_worker):
+    """The admin's "retry" of a failed job starts it at once (same defect as run now)."""
+    job = enqueue("tests.boom", max_attempts=1)
+    worker = _idle_worker(spawn_worker)
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.FAILED)
+    # After its summary line, the worker has nothing left to wake up for.
+    wait_for(lambda: "0 completed, 1 failed" in worker.output())
+    Job.objects.filter(pk=job.pk).update(type="tests.noop")  # so the retry succeeds
+    assert lifecycle.retry_now([job.pk]).changed == 1
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=60)
