@@ -38,3 +38,17 @@ def test_retry_now_wakes_an_idle_worker(spawn_worker):
     Job.objects.filter(pk=job.pk).update(type="tests.noop")  # so the retry succeeds
     assert lifecycle.retry_now([job.pk]).changed == 1
     wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=60)
+
+
+def test_a_retry_in_backoff_starts_when_due_on_an_idle_worker(spawn_worker):
+    """A failed attempt retried after a backoff is a scheduled job; the worker that wrote it
+    wakes when it comes due. On PostgreSQL it used to sleep until its next poll (nothing
+    NOTIFYs a retry), so each retry waited the whole poll interval."""
+    worker = spawn_worker(
+        "--poll-interval", "600", env={"SQLQ_TEST_RETRY_BACKOFF_BASE": "0.5"}
+    )  # fmt: skip
+    worker.wait_ready()
+    job = enqueue("tests.boom", max_attempts=3)
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.FAILED, timeout=60)
+    assert Job.objects.get(pk=job.pk).attempts == 3
+    assert worker.output().count("failed (tests.testapp.jobs.Boom") == 2  # two retries
