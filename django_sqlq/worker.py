@@ -408,10 +408,11 @@ class Worker:
             self._unregister()
             connections.close_all()
         logger.info(
-            "Worker %s stopped: %d done, %d failed",
+            "Worker %s stopped: %d done, %d failed, %d retried",
             self.worker_id,
             self.jobs_done,
-            self.jobs_failed,
+            self.jobs_failed - self.jobs_retried,
+            self.jobs_retried,
         )
         return self.jobs_done + self.jobs_failed
 
