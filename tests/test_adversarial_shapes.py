@@ -52,3 +52,22 @@ def test_a_retry_in_backoff_starts_when_due_on_an_idle_worker(spawn_worker):
     wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.FAILED, timeout=60)
     assert Job.objects.get(pk=job.pk).attempts == 3
     assert worker.output().count("failed (tests.testapp.jobs.Boom") == 2  # two retries
+
+
+def test_a_worker_serving_every_queue_runs_the_jobs_of_hundreds_of_queues(spawn_worker):
+    """A queue per tenant: 600 queues holding a job each, one worker serving them all. On
+    SQLite the claim glued one arm per queue and SQLite refuses more than 500 ("too many
+    terms in compound SELECT"): the worker retried that claim forever and ran nothing."""
+    from django.db.models import CharField, Value
+    from django.db.models.functions import Cast, Concat
+
+    from django_sqlq import bulk_enqueue
+
+    bulk_enqueue("tests.noop", [{}] * 600)
+    # (The tasks backend accepts any queue name when its QUEUES is empty.)
+    Job.objects.update(queue=Concat(Value("tenant-"), Cast("id", CharField())))
+    assert Job.objects.values("queue").distinct().count() == 600
+    worker = spawn_worker("--queue-name", "*", "--concurrency", "4")
+    worker.wait_ready()
+    wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == 600, timeout=60)
+    assert "database error" not in worker.output()
