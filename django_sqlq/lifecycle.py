@@ -247,9 +247,26 @@ def _apply(
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 
 
+def _wake(ids: Iterable[int], alias: str | None, outcome: Outcome) -> Outcome:
+    """Wake idle workers for jobs an operator made runnable (PostgreSQL's NOTIFY, sent when
+    the transaction commits), as an enqueue does: else they wait for the poll interval."""
+    if outcome.changed:
+        alias = alias or get_settings().DATABASE
+        queues = (
+            Job.objects.using(alias)
+            .filter(pk__in=set(ids), status=JobStatus.PENDING)
+            .order_by()
+            .values_list("queue", flat=True)
+            .distinct()
+        )
+        ops_for(alias).notify(list(queues))
+    return outcome
+
+
 def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """failed | cancelled -> pending, runnable now, attempts reset."""
-    return _apply(
+    ids = list(ids)
+    outcome = _apply(
         ids,
         [JobStatus.FAILED, JobStatus.CANCELLED],
         alias,
@@ -261,6 +278,7 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
         locked_at=None,
         lease_expires_at=None,
     )
+    return _wake(ids, alias, outcome)
 
 
 WAITING = (JobStatus.SCHEDULED, JobStatus.PENDING)
@@ -273,7 +291,9 @@ def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
 
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """A job scheduled for later becomes runnable now: pending, due now."""
-    return _apply(ids, WAITING, alias, status=JobStatus.PENDING, scheduled_at=DatabaseNow())
+    ids = list(ids)
+    outcome = _apply(ids, WAITING, alias, status=JobStatus.PENDING, scheduled_at=DatabaseNow())
+    return _wake(ids, alias, outcome)
 
 
 def promote(alias: str, *, limit: int = 1000, now: datetime | None = None) -> int:

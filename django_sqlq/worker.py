@@ -321,6 +321,10 @@ class Worker:
         self.claims = 0  # claim statements run; each starts at the next queue (fairness)
         self._due_at = 0.0  # time.monotonic() when the next scheduled job is due (see _stage)
         self._due_checked = 0.0  # when _due_at was last read from the database
+        # The earliest retry this worker's runners scheduled since _due_at was last read: a
+        # retry in backoff is a scheduled job the database read may not have seen.
+        self._retry_due_at = math.inf
+        self._due_lock = threading.Lock()
         self._since_tidy = 0  # jobs claimed since the last tidy (see _maybe_tidy)
         self._tidy_after = 0.0
         self._tidy_off = not ops_for(self.database).needs_tidy
@@ -409,10 +413,11 @@ class Worker:
             self._unregister()
             connections.close_all()
         logger.info(
-            "Worker %s stopped: %d done, %d failed",
+            "Worker %s stopped: %d done, %d failed, %d retried",
             self.worker_id,
             self.jobs_done,
-            self.jobs_failed,
+            self.jobs_failed - self.jobs_retried,
+            self.jobs_retried,
         )
         return self.jobs_done + self.jobs_failed
 
@@ -533,9 +538,21 @@ class Worker:
             self._learn_next_due()
 
     def _learn_next_due(self) -> None:
+        with self._due_lock:
+            self._retry_due_at = math.inf  # retries written from here on may not be read
         seconds = lifecycle.next_due_in(self.database, now=self.now())
         self._due_checked = time.monotonic()
-        self._due_at = math.inf if seconds is None else self._due_checked + max(seconds, 0.0)
+        due_at = math.inf if seconds is None else self._due_checked + max(seconds, 0.0)
+        with self._due_lock:
+            self._due_at = min(due_at, self._retry_due_at)
+
+    def _retry_scheduled(self, retry_in: float) -> None:
+        """A runner scheduled a retry: wake for it when it comes due (it is a scheduled job
+        like any other, but no NOTIFY or enqueue tells this worker about it)."""
+        at = time.monotonic() + retry_in
+        with self._due_lock:
+            self._retry_due_at = min(self._retry_due_at, at)
+            self._due_at = min(self._due_at, at)
 
     def _maybe_tidy(self, claimed: int) -> None:
         """Start a tidy (PostgreSQL: VACUUM the jobs table) after TIDY_EVERY claims, unless
@@ -965,6 +982,8 @@ class Worker:
         self.jobs_failed += 1
         if status != JobStatus.FAILED:
             self.jobs_retried += 1
+        if status == JobStatus.SCHEDULED and retry_in is not None:
+            self._retry_scheduled(retry_in)
         if status == JobStatus.FAILED:
             logger.error(
                 "Job id=%s type=%s failed for good after attempt %d/%d: %s: %s",

@@ -102,7 +102,8 @@ SQLQ = {
     "QUEUES": ["default", "emails", "reports"],
     "LEASE_SECONDS": float(os.environ.get("SQLQ_TEST_LEASE_SECONDS", "30")),
     "POLL_INTERVAL": 0.05,
-    "RETRY_BACKOFF_BASE": 0.0,
+    # Worker processes of tests that need a backoff set SQLQ_TEST_RETRY_BACKOFF_BASE.
+    "RETRY_BACKOFF_BASE": float(os.environ.get("SQLQ_TEST_RETRY_BACKOFF_BASE", "0")),
 }
 
 LOGGING = {

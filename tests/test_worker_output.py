@@ -44,7 +44,8 @@ def test_default_verbosity_prints_one_ready_line_and_summaries_not_a_line_per_jo
     output = worker.output()
     assert [line for line in output.splitlines() if "ready" in line] == ["sqlq_worker w1 ready"]
     assert "completed in" not in output  # no line per job
-    assert "Worker w1 stopped: 20 done, 3 failed" in output
+    # Counted as in the summary lines: jobs failed for good, and attempts to be retried.
+    assert "Worker w1 stopped: 20 done, 2 failed, 1 retried" in output
 
 
 def test_verbosity_2_prints_a_line_per_job(spawn_worker):

@@ -11,6 +11,13 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps
 
+# At most this many queues are read by one claim: SQLite refuses a compound SELECT of more
+# than 500 arms (SQLITE_MAX_COMPOUND_SELECT), and each arm takes 3 of the 999 parameters
+# older SQLite allows. The queues take turns leading the claims, so with more queues than
+# this (a worker serving every queue of a site with a queue per tenant), each claim reads
+# the next MAX_CLAIM_QUEUES of the rotation and every queue still leads one claim a round.
+MAX_CLAIM_QUEUES = 300
+
 # %% because Django's SQLite cursor turns %s into ? and %% into %.
 _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'))"
 _LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'), printf('%%+.6f seconds', %s))"
@@ -187,6 +194,7 @@ class SQLiteOps(QueueOps):
         )
         if len(queues) == 1:
             return one, [queues[0], clock, limit]
+        queues = queues[:MAX_CLAIM_QUEUES]
         arms = " UNION ALL ".join([f"SELECT id FROM ({one})"] * len(queues))
         params: list[Any] = []
         for queue in queues:
