@@ -107,11 +107,15 @@ def test_after_a_transaction_left_open_the_worker_still_stops_on_sigterm(spawn_w
     assert "database is locked" not in worker.output()
 
 
-def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(spawn_worker):
+def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(
+    tmp_path: Path, spawn_worker
+):
     # As in a web process that never imported jobs.py: the registry does not know the type.
+    release = tmp_path / "release"  # never created: the worker must abandon the call
     registry.unregister("faults.declared_timeout")
     try:
-        job = enqueue("faults.declared_timeout", {"max_seconds": 60}, max_attempts=1)
+        job = enqueue("faults.declared_timeout", {"release": str(release), "max_seconds": 60},
+                      max_attempts=1)  # fmt: skip
     finally:
         registry.register(fault_jobs.declared_timeout, "faults.declared_timeout", timeout=0.5)
     assert job.timeout is None  # only a timeout given to enqueue() is stored

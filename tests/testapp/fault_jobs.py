@@ -239,8 +239,12 @@ def db_hang(payload: dict[str, Any]) -> str:
 
 @handler("faults.declared_timeout", timeout=0.5)
 def declared_timeout(payload: dict[str, Any]) -> int:
-    """Runs past its declared timeout (at most ``max_seconds``)."""
-    time.sleep(payload.get("max_seconds", 30))
+    """Runs past its declared timeout: until ``release`` exists (if given), at most
+    ``max_seconds``."""
+    release = Path(payload["release"]) if payload.get("release") else None
+    deadline = time.monotonic() + payload.get("max_seconds", 30)
+    while time.monotonic() < deadline and not (release is not None and release.exists()):
+        time.sleep(0.02)
     return os.getpid()
 
 
