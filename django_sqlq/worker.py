@@ -41,7 +41,13 @@ from django.utils import timezone, translation
 from django_sqlq import _stopsignals, lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
-from django_sqlq.db import has_uncommitted_writes, is_missing_table, is_transient, ops_for
+from django_sqlq.db import (
+    has_uncommitted_writes,
+    interrupt_statement,
+    is_missing_table,
+    is_transient,
+    ops_for,
+)
 from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
 from django_sqlq.exceptions import (
     JobInterruptedError,
@@ -1299,14 +1305,7 @@ def _interrupt_queries(wrappers: Iterable[Any]) -> None:
     connection, its transaction and its locks for as long as the statement ran: one more
     PostgreSQL backend per timed-out attempt. Best effort: a call between statements runs on."""
     for wrapper in wrappers:
-        raw = wrapper.connection
-        if raw is None:
-            continue
-        with contextlib.suppress(Exception):
-            if wrapper.vendor == "postgresql":
-                raw.cancel()  # thread-safe: a cancel request on a connection of its own
-            elif wrapper.vendor == "sqlite":
-                raw.interrupt()  # thread-safe, by sqlite3's documentation
+        interrupt_statement(wrapper)
 
 
 def _reset_connection(alias: str) -> None:

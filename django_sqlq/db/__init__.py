@@ -7,6 +7,7 @@ cursor for queue work, or looks at ``connection.vendor``.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from django.db import connections
@@ -105,3 +106,16 @@ def has_uncommitted_writes(connection: BaseDatabaseWrapper) -> bool:
     except Exception:
         return True
     return True
+
+
+def interrupt_statement(connection: BaseDatabaseWrapper) -> None:
+    """Ask the statement running on ``connection`` (in another thread) to stop, if any:
+    PostgreSQL's cancel request, SQLite's ``interrupt()``; both are thread-safe. Best effort."""
+    raw = connection.connection
+    if raw is None:
+        return
+    with contextlib.suppress(Exception):
+        if connection.vendor == "postgresql":
+            raw.cancel()
+        elif connection.vendor == "sqlite":
+            raw.interrupt()
