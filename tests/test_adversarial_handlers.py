@@ -184,3 +184,17 @@ def test_a_language_or_time_zone_a_handler_activates_does_not_reach_the_next_job
         Worker().run(burst=True, install_signal_handlers=False)
     report.refresh_from_db()
     assert report.result == ["en-us", "UTC"]  # settings.LANGUAGE_CODE and TIME_ZONE
+
+
+def test_a_language_activated_again_by_a_later_job_is_reset_again() -> None:
+    # The reset runs only when a handler changed the thread's context variables: the second
+    # activation (after the first was reset) must be seen too, on the same runner thread.
+    with override_settings(SQLQ=SQLQ):
+        reports = []
+        for priority in (9, 7, 5):
+            enqueue("adversarial.activate", {}, priority=priority + 1, max_attempts=1)
+            reports.append(enqueue("adversarial.report_locale", priority=priority))
+        Worker(concurrency=1).run(burst=True, install_signal_handlers=False)
+    for report in reports:
+        report.refresh_from_db()
+        assert report.result == ["en-us", "UTC"]
