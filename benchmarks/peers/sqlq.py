@@ -3,6 +3,8 @@
 Written to the interface of the shared/bench peer adapters (see peers/dtdb.py).
 """
 
+import os
+
 from peers import DjangoPeer
 
 
@@ -14,7 +16,11 @@ class Peer(DjangoPeer):
     def __init__(self, db, concurrency=1, verbosity=None):
         super().__init__(db)
         self.concurrency = concurrency
-        self.verbosity = verbosity
+        # BENCH_SQLQ_VERBOSITY=0 runs the workers at -v 0: how an old revision (--rev) whose
+        # default printed a line per job is measured against today's default.
+        self.verbosity = (
+            verbosity if verbosity is not None else os.environ.get("BENCH_SQLQ_VERBOSITY")
+        )
 
     def _table(self):
         self.django()
