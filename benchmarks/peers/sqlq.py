@@ -16,10 +16,10 @@ class Peer(DjangoPeer):
     def __init__(self, db, concurrency=1, verbosity=None):
         super().__init__(db)
         self.concurrency = concurrency
-        # BENCH_SQLQ_VERBOSITY=0 runs the workers at -v 0: how an old revision (--rev) whose
+        # BENCH_WORKER_VERBOSITY=0 runs the workers at -v 0: how an old revision (--rev) whose
         # default printed a line per job is measured against today's default.
         self.verbosity = (
-            verbosity if verbosity is not None else os.environ.get("BENCH_SQLQ_VERBOSITY")
+            verbosity if verbosity is not None else os.environ.get("BENCH_WORKER_VERBOSITY")
         )
 
     def _table(self):
