@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -50,7 +48,16 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, lifecycle, registry
-from django_sqlq.conf import configured_queues, get_settings
+from django_sqlq.admin.display import (
+    ERROR_LINE_CHARS,
+    admin_links,
+    local_datetime,
+    pretty_json,
+    queue_alias,
+    status_badge,
+    status_label,
+)
+from django_sqlq.conf import configured_queues
 from django_sqlq.models import FailedJob, Job, JobStatus, QueueDashboard, WorkerProcess
 
 WAITING = lifecycle.WAITING  # scheduled or pending: not started yet
@@ -63,8 +70,6 @@ else:
     JobModelAdmin = WorkerModelAdmin = admin.ModelAdmin
     AnyPaginator = Paginator
 
-# The changelist shows this much of ``last_error``; the job page shows all of it.
-ERROR_LINE_CHARS = 160
 # Operator actions change jobs in statements of at most this many ids.
 ACTION_CHUNK = 500
 # The largest id a BigAutoField holds: a longer number searched for matches no job.
@@ -73,70 +78,6 @@ BIGINT_MAX = 2**63 - 1
 LIVE_SECONDS = 5
 CHARTS_SECONDS = 30
 JOB_PAGE_SECONDS = 2
-
-
-def _queue_alias() -> str:
-    return get_settings().DATABASE
-
-
-def _compact_json_in_fresh_thread(value: Any) -> str:
-    box: list[str] = []
-
-    def encode() -> None:
-        try:
-            box.append(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
-        except RecursionError:
-            box.append('"(nested too deeply to display)"')
-
-    thread = threading.Thread(target=encode, name="sqlq-admin-json")
-    thread.start()
-    thread.join()
-    return box[0] if box else '"(could not display)"'
-
-
-def _pretty_json(value: Any) -> SafeString:
-    try:
-        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    except RecursionError:
-        # Indented output is encoded in Python, a few frames per level, on top of the
-        # admin's own deep stack: a payload nested a few hundred levels deep (enqueue
-        # accepts it) overflowed it, a 500. The compact encoder, on the fresh stack of a
-        # thread of its own (as shallow as enqueue's), handles whatever was stored.
-        text = _compact_json_in_fresh_thread(value)
-    return format_html('<pre class="sqlq-json">{}</pre>', text)
-
-
-def _datetime(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    if timezone.is_aware(value):
-        value = timezone.localtime(value)
-    return str(formats.localize(value))
-
-
-def _status_label(status: str) -> str:
-    return str(JobStatus(status).label) if status in JobStatus.values else status
-
-
-def status_badge(status: str) -> SafeString:
-    return format_html('<span class="sqlq-badge sqlq-{}">{}</span>', status, _status_label(status))
-
-
-def admin_links(site_name: str) -> dict[str, str | None]:
-    """URLs of the queue's pages in this admin site (None for a model not registered)."""
-    links: dict[str, str | None] = {}
-    for key, model, name in (
-        ("sqlq_dashboard_url", "job", "dashboard"),
-        ("sqlq_alerts_url", "job", "dashboard_alerts"),
-        ("sqlq_jobs_url", "job", "changelist"),
-        ("sqlq_failed_url", "failedjob", "changelist"),
-        ("sqlq_workers_url", "workerprocess", "changelist"),
-    ):
-        try:
-            links[key] = reverse(f"{site_name}:django_sqlq_{model}_{name}", current_app=site_name)
-        except NoReverseMatch:
-            links[key] = None
-    return links
 
 
 # -- the lists: a paginator that never counts the whole table ------------------------------
@@ -252,7 +193,7 @@ class QueueFilter(_ChoicesFilter):
 
     def candidates(self) -> list[str]:
         configured = list(configured_queues())
-        seen = dashboard.recent_values(_queue_alias(), "queue")
+        seen = dashboard.recent_values(queue_alias(), "queue")
         return configured + [q for q in seen if q not in configured]
 
 
@@ -268,7 +209,7 @@ class TypeFilter(_ChoicesFilter):
         with contextlib.suppress(Exception):
             registry.autodiscover()
         names = {spec.name for spec in registry.registered().values()}
-        names.update(dashboard.recent_values(_queue_alias(), "type"))
+        names.update(dashboard.recent_values(queue_alias(), "type"))
         return sorted(names)
 
 
@@ -440,7 +381,7 @@ def perform(
         elif status in WAITING and action.future_only:
             not_applicable[gettext("already due")] += 1
         else:
-            not_applicable[_status_label(status).lower()] += 1
+            not_applicable[status_label(status).lower()] += 1
     changed = 0
     for start in range(0, len(applicable), ACTION_CHUNK):
         outcome = action.run(applicable[start : start + ACTION_CHUNK], alias=alias)
@@ -526,7 +467,7 @@ class JobAdmin(JobModelAdmin):
     # -- queryset, list -------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        return super().get_queryset(request).using(_queue_alias())
+        return super().get_queryset(request).using(queue_alias())
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
@@ -580,7 +521,7 @@ class JobAdmin(JobModelAdmin):
 
     @admin.display(description=_("scheduled"))
     def scheduled_display(self, obj: Job) -> SafeString:
-        when = _datetime(obj.scheduled_at)
+        when = local_datetime(obj.scheduled_at)
         if obj.status in WAITING and obj.scheduled_at > timezone.now():
             wait = (obj.scheduled_at - timezone.now()).total_seconds()
             return format_html(
@@ -592,7 +533,7 @@ class JobAdmin(JobModelAdmin):
 
     @admin.display(description=_("created"))
     def created_display(self, obj: Job) -> str:
-        return _datetime(obj.created_at)
+        return local_datetime(obj.created_at)
 
     @admin.display(description=_("error"))
     def error_line(self, obj: Job) -> str:
@@ -628,19 +569,19 @@ class JobAdmin(JobModelAdmin):
 
     @admin.display(description=_("failed at"))
     def failed_at_display(self, obj: Job) -> str:
-        return _datetime(obj.completed_at)
+        return local_datetime(obj.completed_at)
 
     @admin.display(description=_("cancelled at"))
     def cancelled_at_display(self, obj: Job) -> str:
-        return _datetime(obj.completed_at)
+        return local_datetime(obj.completed_at)
 
     @admin.display(description=_("payload"))
     def payload_display(self, obj: Job) -> SafeString:
-        return _pretty_json(obj.payload)
+        return pretty_json(obj.payload)
 
     @admin.display(description=_("result"))
     def result_display(self, obj: Job) -> SafeString:
-        return _pretty_json(obj.result)
+        return pretty_json(obj.result)
 
     @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> SafeString:
@@ -654,7 +595,7 @@ class JobAdmin(JobModelAdmin):
         if not entries:
             return format_html('<span class="sqlq-quiet">{}</span>', gettext("none"))
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            return _pretty_json(entries)
+            return pretty_json(entries)
         items = format_html_join(
             "\n",
             '<li><details><summary>{}</summary><pre class="sqlq-traceback">{}</pre>'
@@ -680,7 +621,7 @@ class JobAdmin(JobModelAdmin):
         if not obj.locked_by:
             return format_html('<span class="sqlq-quiet">{}</span>', gettext("none yet"))
         process = (
-            WorkerProcess.objects.using(_queue_alias()).filter(worker_id=obj.locked_by).first()
+            WorkerProcess.objects.using(queue_alias()).filter(worker_id=obj.locked_by).first()
         )
         holds = obj.status == JobStatus.PROCESSING
         prefix = gettext("held by") if holds else gettext("last held by")
@@ -741,12 +682,12 @@ class JobAdmin(JobModelAdmin):
             )
         elif job.status in WAITING and job.scheduled_at > now:
             note = gettext("Waits until %(when)s (in %(wait)s).") % {
-                "when": _datetime(job.scheduled_at),
+                "when": local_datetime(job.scheduled_at),
                 "wait": dashboard.format_age((job.scheduled_at - now).total_seconds()),
             }
         elif job.status in WAITING:
             note = gettext("Waiting for a worker since %(when)s (%(wait)s).") % {
-                "when": _datetime(job.scheduled_at),
+                "when": local_datetime(job.scheduled_at),
                 "wait": dashboard.format_age((now - job.scheduled_at).total_seconds()),
             }
         else:
@@ -760,8 +701,8 @@ class JobAdmin(JobModelAdmin):
             "sqlq_live": not job.is_finished,
             "sqlq_summary_url": self._url("summary", job.pk),
             "sqlq_interval": JOB_PAGE_SECONDS,
-            "sqlq_started": _datetime(job.started_at),
-            "sqlq_completed": _datetime(job.completed_at),
+            "sqlq_started": local_datetime(job.started_at),
+            "sqlq_completed": local_datetime(job.completed_at),
             **self._links(request),
         }
 
@@ -830,7 +771,7 @@ class JobAdmin(JobModelAdmin):
         queryset: QuerySet[Any],
         requested: int | None,
     ) -> ActionReport:
-        report = perform(action, queryset, alias=_queue_alias(), requested=requested)
+        report = perform(action, queryset, alias=queue_alias(), requested=requested)
         self._report(request, report)
         return report
 
@@ -850,7 +791,7 @@ class JobAdmin(JobModelAdmin):
                 messages.WARNING,
             )
             return HttpResponseRedirect(self._url("changelist"))
-        jobs = Job.objects.using(_queue_alias()).filter(pk=obj.pk)
+        jobs = Job.objects.using(queue_alias()).filter(pk=obj.pk)
         self._perform(request, action, jobs, requested=1)
         return HttpResponseRedirect(self._job_url(obj.pk))
 
@@ -918,7 +859,7 @@ class JobAdmin(JobModelAdmin):
         return super().delete_view(request, object_id, extra_context)
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        outcome = lifecycle.delete([obj.pk], alias=_queue_alias())
+        outcome = lifecycle.delete([obj.pk], alias=queue_alias())
         request._sqlq_not_deleted = bool(outcome.skipped)  # type: ignore[attr-defined]
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
@@ -960,7 +901,7 @@ class AllJobsAdmin(JobAdmin):
         request.current_app = self.admin_site.name
 
     def _live_context(self, request: HttpRequest) -> dict[str, Any]:
-        snap = dashboard.snapshot(_queue_alias(), configured=configured_queues())
+        snap = dashboard.snapshot(queue_alias(), configured=configured_queues())
         return {
             "snap": snap,
             "totals": snap.totals,
@@ -969,7 +910,7 @@ class AllJobsAdmin(JobAdmin):
         }
 
     def _charts_context(self, request: HttpRequest) -> dict[str, Any]:
-        flow = dashboard.throughput(_queue_alias(), cache=True)
+        flow = dashboard.throughput(queue_alias(), cache=True)
         return {
             "flow": flow,
             "minute_chart": dashboard.chart(flow.minutes, label_every=10, label_format="H:i",
@@ -1041,7 +982,7 @@ class FailedJobAdmin(JobAdmin):
 
     @admin.display(description=_("failed at"))
     def failed_at(self, obj: Job) -> str:
-        return _datetime(obj.completed_at)
+        return local_datetime(obj.completed_at)
 
 
 @admin.register(QueueDashboard)
@@ -1105,7 +1046,7 @@ class WorkerProcessAdmin(WorkerModelAdmin):
         js = ["django_sqlq/refresh.js"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerProcess]:
-        return super().get_queryset(request).using(_queue_alias())
+        return super().get_queryset(request).using(queue_alias())
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
