@@ -12,7 +12,6 @@ handler registry and the newest rows, and the only ordering offered is the prima
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import uuid
 from collections import Counter
@@ -42,7 +41,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_sqlq import dashboard, lifecycle, registry
+from django_sqlq import dashboard, lifecycle
 from django_sqlq.admin.display import (
     ERROR_LINE_CHARS,
     admin_links,
@@ -52,6 +51,7 @@ from django_sqlq.admin.display import (
     status_badge,
     status_label,
 )
+from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
 from django_sqlq.admin.pagination import BoundedCountPaginator, JobChangeList, NulSafeChangeList
 from django_sqlq.conf import configured_queues
 from django_sqlq.models import FailedJob, Job, JobStatus, QueueDashboard, WorkerProcess
@@ -72,79 +72,6 @@ BIGINT_MAX = 2**63 - 1
 LIVE_SECONDS = 5
 CHARTS_SECONDS = 30
 JOB_PAGE_SECONDS = 2
-
-
-# -- filters ------------------------------------------------------------------------------
-
-
-class _ChoicesFilter(admin.SimpleListFilter):
-    """A filter on one column whose choices never come from scanning the table."""
-
-    field_name = ""
-
-    def candidates(self) -> list[str]:
-        raise NotImplementedError
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = list(dict.fromkeys(self.candidates()))
-        selected = self.value()
-        if selected and selected not in names:
-            names.append(selected)
-        return [(name, name) for name in names]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(**{self.field_name: value}) if value else queryset
-
-
-class QueueFilter(_ChoicesFilter):
-    """Queues from the settings (``SQLQ["QUEUES"]``, the tasks backends' ``QUEUES``), then any
-    other queue among the newest jobs."""
-
-    title = _("queue")
-    parameter_name = field_name = "queue"
-
-    def candidates(self) -> list[str]:
-        configured = list(configured_queues())
-        seen = dashboard.recent_values(queue_alias(), "queue")
-        return configured + [q for q in seen if q not in configured]
-
-
-class TypeFilter(_ChoicesFilter):
-    """Job types from the handler registry and among the newest jobs."""
-
-    title = _("type")
-    parameter_name = field_name = "type"
-
-    def candidates(self) -> list[str]:
-        # The web process may not have imported the apps' jobs.py yet. A broken jobs.py is
-        # the worker's to report; the admin still lists the jobs.
-        with contextlib.suppress(Exception):
-            registry.autodiscover()
-        names = {spec.name for spec in registry.registered().values()}
-        names.update(dashboard.recent_values(queue_alias(), "type"))
-        return sorted(names)
-
-
-class WhenFilter(admin.SimpleListFilter):
-    """Jobs not started yet (scheduled or pending) that are due now, or due in the future."""
-
-    title = _("scheduled")
-    parameter_name = "when"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [
-            ("due", _("due now (waiting for a worker)")),
-            ("future", _("scheduled in the future")),
-        ]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        now = timezone.now()
-        if self.value() == "due":
-            return queryset.filter(status__in=WAITING, scheduled_at__lte=now)
-        if self.value() == "future":
-            return queryset.filter(status__in=WAITING, scheduled_at__gt=now)
-        return queryset
 
 
 # -- actions ------------------------------------------------------------------------------
