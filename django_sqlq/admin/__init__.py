@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -38,10 +35,20 @@ from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, lifecycle
+from django_sqlq.admin.actions import (
+    DELETE,
+    PAGE_ACTIONS,
+    JobAction,
+    act,
+    cancel_jobs,
+    delete_jobs,
+    retry_jobs,
+    run_jobs_now,
+)
 from django_sqlq.admin.display import (
     ERROR_LINE_CHARS,
     admin_links,
@@ -49,7 +56,6 @@ from django_sqlq.admin.display import (
     pretty_json,
     queue_alias,
     status_badge,
-    status_label,
 )
 from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
 from django_sqlq.admin.pagination import BoundedCountPaginator, JobChangeList, NulSafeChangeList
@@ -64,175 +70,12 @@ if TYPE_CHECKING:
 else:
     JobModelAdmin = WorkerModelAdmin = admin.ModelAdmin
 
-# Operator actions change jobs in statements of at most this many ids.
-ACTION_CHUNK = 500
 # The largest id a BigAutoField holds: a longer number searched for matches no job.
 BIGINT_MAX = 2**63 - 1
 # Seconds between refreshes of the live parts of the pages.
 LIVE_SECONDS = 5
 CHARTS_SECONDS = 30
 JOB_PAGE_SECONDS = 2
-
-
-# -- actions ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobAction:
-    """An operator action, on the lists (bulk) and on the job page (one job)."""
-
-    name: str  # URL segment
-    permission: str  # has_<permission>_permission on the ModelAdmin
-    label: Any
-    done: tuple[str, str]  # ngettext pair: "Retried %(n)d job." ...
-    rule: Any  # why the other jobs are skipped
-    statuses: tuple[str, ...]
-    function: str  # the lifecycle function that does it
-    future_only: bool = False
-    css: str = ""
-
-    def run(self, ids: list[int], *, alias: str) -> lifecycle.Outcome:
-        func: Callable[..., lifecycle.Outcome] = getattr(lifecycle, self.function)
-        return func(ids, alias=alias)
-
-    def applies(self, status: str, scheduled_at: datetime | None, now: datetime) -> bool:
-        if status not in self.statuses:
-            return False
-        return not self.future_only or (scheduled_at is not None and scheduled_at > now)
-
-
-RETRY = JobAction(
-    name="retry",
-    permission="retry",
-    label=_("Retry now"),
-    done=("Retried %(n)d job: it is pending again, runnable now.",
-          "Retried %(n)d jobs: they are pending again, runnable now."),
-    rule=_("only failed or cancelled jobs can be retried"),
-    statuses=(JobStatus.FAILED, JobStatus.CANCELLED),
-    function="retry_now",
-    css="sqlq-retry",
-)  # fmt: skip
-CANCEL = JobAction(
-    name="cancel",
-    permission="cancel",
-    label=_("Cancel"),
-    done=("Cancelled %(n)d job.", "Cancelled %(n)d jobs."),
-    rule=_("only scheduled or pending jobs can be cancelled"),
-    statuses=WAITING,
-    function="cancel",
-    css="sqlq-cancel",
-)
-RUN_NOW = JobAction(
-    name="run-now",
-    permission="change",
-    label=_("Run now"),
-    done=("Scheduled %(n)d job to run now.", "Scheduled %(n)d jobs to run now."),
-    rule=_("only jobs scheduled in the future can be brought forward"),
-    statuses=WAITING,
-    function="run_now",
-    future_only=True,
-    css="sqlq-run-now",
-)
-DELETE = JobAction(
-    name="delete",
-    permission="delete",
-    label=_("Delete"),
-    done=("Deleted %(n)d job.", "Deleted %(n)d jobs."),
-    rule=_("a running job cannot be deleted while its worker holds it"),
-    statuses=(*WAITING, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED),
-    function="delete",
-)
-PAGE_ACTIONS = (RETRY, CANCEL, RUN_NOW)
-
-
-@dataclass(frozen=True)
-class ActionReport:
-    """What an action did to the jobs it was given, and why it left the others alone."""
-
-    action: JobAction
-    changed: int
-    not_applicable: dict[str, int]  # reason (a status, or "already due") -> jobs
-    raced: int  # applicable when read, changed by someone else before the write
-    missing: int  # no longer exist
-
-    @property
-    def skipped(self) -> int:
-        return sum(self.not_applicable.values()) + self.raced + self.missing
-
-    def message(self) -> str:
-        parts = [ngettext(*self.action.done, self.changed) % {"n": self.changed}]
-        if self.not_applicable:
-            count = sum(self.not_applicable.values())
-            why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.not_applicable.items()))
-            parts.append(
-                ngettext(
-                    "Skipped %(n)d job (%(why)s): %(rule)s.",
-                    "Skipped %(n)d jobs (%(why)s): %(rule)s.",
-                    count,
-                )
-                % {"n": count, "why": why, "rule": self.action.rule}
-            )
-        if self.raced:
-            parts.append(
-                ngettext(
-                    "Skipped %(n)d job whose status changed meanwhile (a worker started it, "
-                    "or someone else acted on it); it was left as it is.",
-                    "Skipped %(n)d jobs whose status changed meanwhile (a worker started them, "
-                    "or someone else acted on them); they were left as they are.",
-                    self.raced,
-                )
-                % {"n": self.raced}
-            )
-        if self.missing:
-            parts.append(
-                ngettext(
-                    "Skipped %(n)d job that no longer exists.",
-                    "Skipped %(n)d jobs that no longer exist.",
-                    self.missing,
-                )
-                % {"n": self.missing}
-            )
-        return " ".join(parts)
-
-    @property
-    def level(self) -> int:
-        if not self.changed:
-            return messages.WARNING
-        return messages.WARNING if self.skipped else messages.SUCCESS
-
-
-def perform(
-    action: JobAction,
-    queryset: QuerySet[Any],
-    *,
-    alias: str,
-    requested: int | None = None,
-    now: datetime | None = None,
-) -> ActionReport:
-    """Run ``action`` on the jobs of ``queryset``: read their statuses, hand the applicable
-    ones to lifecycle (which re-checks each status in its own statement) and report."""
-    now = now or timezone.now()
-    rows = list(queryset.order_by().values_list("pk", "status", "scheduled_at"))
-    applicable: list[int] = []
-    not_applicable: Counter[str] = Counter()
-    for pk, status, scheduled_at in rows:
-        if action.applies(status, scheduled_at, now):
-            applicable.append(pk)
-        elif status in WAITING and action.future_only:
-            not_applicable[gettext("already due")] += 1
-        else:
-            not_applicable[status_label(status).lower()] += 1
-    changed = 0
-    for start in range(0, len(applicable), ACTION_CHUNK):
-        outcome = action.run(applicable[start : start + ACTION_CHUNK], alias=alias)
-        changed += outcome.changed
-    return ActionReport(
-        action=action,
-        changed=changed,
-        not_applicable=dict(not_applicable),
-        raced=len(applicable) - changed,
-        missing=max(0, (requested if requested is not None else len(rows)) - len(rows)),
-    )
 
 
 # -- the jobs -----------------------------------------------------------------------------
@@ -256,7 +99,7 @@ class JobAdmin(JobModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = BoundedCountPaginator
-    actions = ("retry_jobs", "cancel_jobs", "run_jobs_now", "delete_jobs")
+    actions = (retry_jobs, cancel_jobs, run_jobs_now, delete_jobs)
     change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
         "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
@@ -299,10 +142,6 @@ class JobAdmin(JobModelAdmin):
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqlq.cancel_job")
-
-    def _allowed(self, request: HttpRequest, action: JobAction) -> bool:
-        check: Callable[[HttpRequest], bool] = getattr(self, f"has_{action.permission}_permission")
-        return check(request)
 
     # -- queryset, list -------------------------------------------------------------
 
@@ -510,7 +349,7 @@ class JobAdmin(JobModelAdmin):
                 "url": self._url(f"{action.name.replace('-', '_')}", job.pk),
             }
             for action in PAGE_ACTIONS
-            if action.applies(job.status, job.scheduled_at, now) and self._allowed(request, action)
+            if action.applies(job.status, job.scheduled_at, now) and action.allowed(self, request)
         ]
         delete_url = None
         if job.status != JobStatus.PROCESSING and self.has_delete_permission(request, job):
@@ -601,27 +440,13 @@ class JobAdmin(JobModelAdmin):
 
     # -- acting ---------------------------------------------------------------------
 
-    def _report(self, request: HttpRequest, report: ActionReport) -> None:
-        self.message_user(request, report.message(), report.level)
-
-    def _perform(
-        self,
-        request: HttpRequest,
-        action: JobAction,
-        queryset: QuerySet[Any],
-        requested: int | None,
-    ) -> ActionReport:
-        report = perform(action, queryset, alias=queue_alias(), requested=requested)
-        self._report(request, report)
-        return report
-
     def job_action_view(
         self, request: HttpRequest, object_id: str, *, action: JobAction
     ) -> HttpResponse:
         """POST: run one action on one job, then go back to its page."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        if not self._allowed(request, action):
+        if not action.allowed(self, request):
             raise PermissionDenied
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
@@ -632,51 +457,8 @@ class JobAdmin(JobModelAdmin):
             )
             return HttpResponseRedirect(self._url("changelist"))
         jobs = Job.objects.using(queue_alias()).filter(pk=obj.pk)
-        self._perform(request, action, jobs, requested=1)
+        act(self, request, action, jobs, requested=1)
         return HttpResponseRedirect(self._job_url(obj.pk))
-
-    @admin.action(description=_("Retry selected jobs now"), permissions=["retry"])
-    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._perform(request, RETRY, queryset, requested=None)
-
-    @admin.action(description=_("Cancel selected pending jobs"), permissions=["cancel"])
-    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._perform(request, CANCEL, queryset, requested=None)
-
-    @admin.action(description=_("Run selected scheduled jobs now"), permissions=["change"])
-    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._perform(request, RUN_NOW, queryset, requested=None)
-
-    @admin.action(description=_("Delete selected jobs"), permissions=["delete"])
-    def delete_jobs(
-        self, request: HttpRequest, queryset: QuerySet[Any]
-    ) -> TemplateResponse | None:
-        if request.POST.get("post") == "yes":
-            self._perform(request, DELETE, queryset, requested=None)
-            return None
-        by_status = {
-            row["status"]: row["n"]
-            for row in queryset.order_by().values("status").annotate(n=Count("pk"))
-        }
-        running = by_status.get(JobStatus.PROCESSING, 0)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": gettext("Delete jobs?"),
-            "opts": self.opts,
-            "total": sum(by_status.values()),
-            "deletable": sum(by_status.values()) - running,
-            "running": running,
-            "by_status": [(status_badge(s), n) for s, n in sorted(by_status.items())],
-            "sample": list(queryset.values_list("pk", "type")[:20]),
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "select_across": request.POST.get("select_across", "0"),
-            "action_name": "delete_jobs",
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-        return TemplateResponse(
-            request, "admin/django_sqlq/delete_jobs_confirmation.html", context
-        )
 
     # The single-job delete page is Django's; the write goes through lifecycle.delete, so a
     # job that a worker started meanwhile is skipped.
@@ -703,7 +485,7 @@ class JobAdmin(JobModelAdmin):
         request._sqlq_not_deleted = bool(outcome.skipped)  # type: ignore[attr-defined]
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._perform(request, DELETE, queryset, requested=None)
+        act(self, request, DELETE, queryset)
 
     def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
         if getattr(request, "_sqlq_not_deleted", False):
@@ -810,7 +592,7 @@ class FailedJobAdmin(JobAdmin):
     )  # fmt: skip
     list_display_links = ("id", "error_line")
     list_filter = (QueueFilter, TypeFilter)  # type: ignore[assignment]
-    actions = ("retry_jobs", "delete_jobs")  # type: ignore[assignment]
+    actions = (retry_jobs, delete_jobs)  # type: ignore[assignment]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         return super().get_queryset(request).filter(status=JobStatus.FAILED)
