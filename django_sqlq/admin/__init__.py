@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -58,7 +57,8 @@ from django_sqlq.admin.display import (
     status_badge,
 )
 from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
-from django_sqlq.admin.pagination import BoundedCountPaginator, JobChangeList, NulSafeChangeList
+from django_sqlq.admin.pagination import BoundedCountPaginator, JobChangeList
+from django_sqlq.admin.workers import WorkerProcessAdmin
 from django_sqlq.conf import configured_queues
 from django_sqlq.models import FailedJob, Job, JobStatus, QueueDashboard, WorkerProcess
 
@@ -66,9 +66,8 @@ WAITING = lifecycle.WAITING  # scheduled or pending: not started yet
 
 if TYPE_CHECKING:
     JobModelAdmin = admin.ModelAdmin[Job]
-    WorkerModelAdmin = admin.ModelAdmin[WorkerProcess]
 else:
-    JobModelAdmin = WorkerModelAdmin = admin.ModelAdmin
+    JobModelAdmin = admin.ModelAdmin
 
 # The largest id a BigAutoField holds: a longer number searched for matches no job.
 BIGINT_MAX = 2**63 - 1
@@ -638,68 +637,4 @@ class QueueDashboardAdmin(JobModelAdmin):
         return False
 
 
-# -- the workers --------------------------------------------------------------------------
-
-
-@admin.register(WorkerProcess)
-class WorkerProcessAdmin(WorkerModelAdmin):
-    """Worker processes as they last reported themselves. Read-only; old rows may be
-    deleted."""
-
-    list_display = (
-        "worker_id", "state", "hostname", "pid", "queues_display", "concurrency",
-        "last_seen_at", "jobs_done", "jobs_failed", "started_at", "stopped_at",
-    )  # fmt: skip
-    list_filter = ("hostname",)
-    search_fields = ("worker_id", "hostname")
-    readonly_fields = (
-        "worker_id", "hostname", "pid", "queues", "concurrency", "started_at",
-        "last_seen_at", "stopped_at", "jobs_done", "jobs_failed",
-    )  # fmt: skip
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
-    paginator = BoundedCountPaginator
-
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
-        return NulSafeChangeList
-
-    class Media:
-        css = {"all": ["django_sqlq/admin.css"]}
-        js = ["django_sqlq/refresh.js"]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerProcess]:
-        return super().get_queryset(request).using(queue_alias())
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        context = {**admin_links(self.admin_site.name), **(extra_context or {})}
-        return super().changelist_view(request, context)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description=_("state"))
-    def state(self, obj: WorkerProcess) -> SafeString:
-        if obj.stopped_at is not None:
-            return format_html(
-                '<span class="sqlq-badge sqlq-cancelled">{}</span>', gettext("stopped")
-            )
-        if obj.last_seen_at >= timezone.now() - timedelta(seconds=dashboard.ALIVE_SECONDS):
-            return format_html(
-                '<span class="sqlq-badge sqlq-completed">{}</span>', gettext("running")
-            )
-        return format_html(
-            '<span class="sqlq-badge sqlq-failed">{}</span>', gettext("not responding")
-        )
-
-    @admin.display(description=_("queues"))
-    def queues_display(self, obj: WorkerProcess) -> str:
-        return (
-            ", ".join(str(q) for q in obj.queues)
-            if isinstance(obj.queues, list)
-            else str(obj.queues)
-        )
+admin.site.register(WorkerProcess, WorkerProcessAdmin)
