@@ -179,6 +179,8 @@ class JobAdmin(JobPageAdmin):
             text = obj.last_error[:ERROR_LINE_CHARS]
         return text.split("\n", 1)[0]
 
+    # -- URLs -----------------------------------------------------------------------
+
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
 
