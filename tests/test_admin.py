@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from django_sqlq import dashboard, enqueue, lifecycle
+from django_sqlq import dashboard, enqueue
 from django_sqlq.admin import BoundedCountPaginator
 from django_sqlq.models import FailedJob, Job, JobStatus, WorkerProcess
 
@@ -550,21 +550,24 @@ def test_a_job_page_action_on_a_job_in_the_wrong_status_is_skipped_with_the_reas
     assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
 
 
-def test_a_job_that_started_running_meanwhile_is_skipped_not_corrupted(
-    login: Any, monkeypatch: Any
-) -> None:
+def test_a_job_that_started_running_meanwhile_is_skipped_not_corrupted(login: Any) -> None:
     job = make_job()
-    real_cancel = lifecycle.cancel
+    claimed = False
 
-    def claimed_first(ids: Any, *, alias: str | None = None) -> lifecycle.Outcome:
-        # A worker claims the job between the admin's read and its write.
-        Job.objects.filter(pk=job.pk).update(
-            status=JobStatus.PROCESSING, locked_by="w1", attempts=1
-        )
-        return real_cancel(ids, alias=alias)
+    def worker_claims_first(execute: Any, sql: str, *args: Any) -> Any:
+        # A worker claims the job between the admin's read and its write (the UPDATE).
+        nonlocal claimed
+        if not claimed and sql.lstrip().startswith("UPDATE") and Job._meta.db_table in sql:
+            claimed = True
+            Job.objects.filter(pk=job.pk).update(
+                status=JobStatus.PROCESSING, locked_by="w1", attempts=1
+            )
+        return execute(sql, *args)
 
-    monkeypatch.setattr(lifecycle, "cancel", claimed_first)
-    response = login("superuser").post(url("job_cancel", job.pk), follow=True)
+    client = login("superuser")
+    with connection.execute_wrapper(worker_claims_first):
+        response = client.post(url("job_cancel", job.pk), follow=True)
+    assert claimed
     job.refresh_from_db()
     assert (job.status, job.locked_by, job.attempts) == (JobStatus.PROCESSING, "w1", 1)
     (message,) = messages_of(response)

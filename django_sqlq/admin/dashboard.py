@@ -1,0 +1,154 @@
+"""The queue dashboard's pages: the queue at a glance (per-queue counts, alerts, workers,
+throughput), and the parts of it that refresh themselves. The numbers come from
+:mod:`django_sqlq.dashboard`; these views put them in the templates.
+
+The pages are served under the all-jobs admin's URLs (``job/dashboard/``...; the all-jobs
+admin mixes in :class:`QueueDashboardViews`). :class:`QueueDashboardAdmin` only gives the
+dashboard its entry in the admin index.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import formats, timezone
+from django.utils.translation import gettext
+
+from django_sqlq.admin.display import admin_links, queue_alias
+from django_sqlq.conf import configured_queues
+from django_sqlq.dashboard import chart, snapshot, throughput
+from django_sqlq.models import Job
+
+if TYPE_CHECKING:
+    JobModelAdmin = admin.ModelAdmin[Job]
+else:
+    JobModelAdmin = admin.ModelAdmin
+
+# Seconds between refreshes of the live parts of the dashboard.
+LIVE_SECONDS = 5
+CHARTS_SECONDS = 30
+
+
+class QueueDashboardViews(JobModelAdmin):
+    """The dashboard's views and URLs, for the admin of all jobs to mix in. Whoever may view
+    jobs may see it."""
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        views = (
+            ("dashboard/", self.dashboard_view, "dashboard"),
+            ("dashboard/live/", self.dashboard_live_view, "dashboard_live"),
+            ("dashboard/charts/", self.dashboard_charts_view, "dashboard_charts"),
+            ("dashboard/alerts/", self.dashboard_alerts_view, "dashboard_alerts"),
+        )
+        urls = [
+            path(route, self.admin_site.admin_view(view), name="{}_{}_{}".format(*info, name))
+            for route, view, name in views
+        ]
+        return urls + super().get_urls()
+
+    def _dashboard_url(self, name: str) -> str:
+        site = self.admin_site.name
+        return reverse(f"{site}:django_sqlq_{self.opts.model_name}_{name}", current_app=site)
+
+    def _check_dashboard(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        request.current_app = self.admin_site.name
+
+    def _live_context(self, request: HttpRequest) -> dict[str, Any]:
+        snap = snapshot(queue_alias(), configured=configured_queues())
+        return {
+            "snap": snap,
+            "totals": snap.totals,
+            "updated": formats.time_format(timezone.localtime(snap.now), "H:i:s"),
+            **admin_links(self.admin_site.name),
+        }
+
+    def _charts_context(self, request: HttpRequest) -> dict[str, Any]:
+        flow = throughput(queue_alias(), cache=True)
+        return {
+            "flow": flow,
+            "minute_chart": chart(
+                flow.minutes, label_every=10, label_format="H:i", unit=gettext("minute")
+            ),
+            "hour_chart": chart(
+                flow.hours, label_every=4, label_format="H:i", unit=gettext("hour")
+            ),
+        }
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """The queue at a glance: per-queue counts, alerts, workers and throughput."""
+        self._check_dashboard(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Queue dashboard"),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "media": self.media,
+            "live_seconds": LIVE_SECONDS,
+            "charts_seconds": CHARTS_SECONDS,
+            "sqlq_live_url": self._dashboard_url("dashboard_live"),
+            "sqlq_charts_url": self._dashboard_url("dashboard_charts"),
+            **self._live_context(request),
+            **self._charts_context(request),
+        }
+        return TemplateResponse(request, "admin/django_sqlq/dashboard.html", context)
+
+    def dashboard_live_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_dashboard(request)
+        return TemplateResponse(
+            request, "admin/django_sqlq/dashboard_live.html", self._live_context(request)
+        )
+
+    def dashboard_charts_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_dashboard(request)
+        return TemplateResponse(
+            request, "admin/django_sqlq/dashboard_charts.html", self._charts_context(request)
+        )
+
+    def dashboard_alerts_view(self, request: HttpRequest) -> HttpResponse:
+        """Just the alerts, for the top of the lists and the app's index page."""
+        self._check_dashboard(request)
+        context = {
+            **self._live_context(request),
+            "compact": bool(request.GET.get("compact")),
+            # The list the alerts are shown on: no alert links to the page it is on.
+            "here": request.GET.get("here", ""),
+        }
+        return TemplateResponse(request, "admin/django_sqlq/dashboard_alerts.html", context)
+
+
+class QueueDashboardAdmin(JobModelAdmin):
+    """Lists "Queue dashboard" in the admin index for whoever may see the dashboard (the view
+    or change permission on jobs); following it opens the dashboard."""
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        site = self.admin_site.name
+        return HttpResponseRedirect(reverse(f"{site}:django_sqlq_job_dashboard", current_app=site))
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user = request.user
+        return user.has_perm("django_sqlq.view_job") or user.has_perm("django_sqlq.change_job")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,257 @@
+"""One job's page: read-only, every field of the job (payload, result, the error of every
+attempt, the worker that holds it), with a live box at the top (status, attempts, what the
+job waits for, and the buttons of the actions that apply) that refreshes itself while the
+job is not finished."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from django_sqlq import dashboard
+from django_sqlq.admin.actions import PAGE_ACTIONS
+from django_sqlq.admin.display import (
+    admin_links,
+    local_datetime,
+    pretty_json,
+    queue_alias,
+    status_badge,
+)
+from django_sqlq.lifecycle import WAITING
+from django_sqlq.models import Job, JobStatus, WorkerProcess
+
+if TYPE_CHECKING:
+    JobModelAdmin = admin.ModelAdmin[Job]
+else:
+    JobModelAdmin = admin.ModelAdmin
+
+# Seconds between refreshes of the job page's live box.
+JOB_PAGE_SECONDS = 2
+
+
+class JobPageAdmin(JobModelAdmin):
+    """The job page, and the URLs of this admin's pages. The lists (``JobAdmin``) build on it."""
+
+    change_form_template = "admin/django_sqlq/job/change_form.html"
+    readonly_fields = (
+        "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
+        "timeout", "payload_display", "result_display", "last_error_display", "errors_display",
+        "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
+        "failed_at_display", "cancelled_at_display",
+        "worker_display", "locked_at", "lease_expires_at",
+    )  # fmt: skip
+
+    # -- shown on the page and in the lists -----------------------------------------
+
+    @admin.display(description=_("status"), ordering=None)
+    def status_display(self, obj: Job) -> SafeString:
+        return status_badge(obj.status)
+
+    @admin.display(description=_("attempts"))
+    def attempts_display(self, obj: Job) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    # -- the job page ---------------------------------------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:
+        job = (None, {"fields": (
+            "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
+            "timeout",
+        )})  # fmt: skip
+        data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
+        error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
+        # completed_at is when the job reached its final status: named for that status.
+        finished_fields: dict[str, str] = {
+            JobStatus.FAILED: "failed_at_display",
+            JobStatus.CANCELLED: "cancelled_at_display",
+        }
+        finished = finished_fields.get(obj.status if obj is not None else "", "completed_at")
+        timing = (_("Timing"), {"fields": (
+            "scheduled_at", "created_at", "updated_at", "started_at", finished,
+        )})  # fmt: skip
+        worker = (_("Worker"), {"fields": ("worker_display", "locked_at", "lease_expires_at")})
+        if obj is not None and (obj.last_error or obj.errors):
+            if obj.status == JobStatus.FAILED:
+                return [job, error, data, timing, worker]
+            return [job, data, error, timing, worker]
+        return [job, data, timing, worker]
+
+    @admin.display(description=_("failed at"))
+    def failed_at_display(self, obj: Job) -> str:
+        return local_datetime(obj.completed_at)
+
+    @admin.display(description=_("cancelled at"))
+    def cancelled_at_display(self, obj: Job) -> str:
+        return local_datetime(obj.completed_at)
+
+    @admin.display(description=_("payload"))
+    def payload_display(self, obj: Job) -> SafeString:
+        return pretty_json(obj.payload)
+
+    @admin.display(description=_("result"))
+    def result_display(self, obj: Job) -> SafeString:
+        return pretty_json(obj.result)
+
+    @admin.display(description=_("last error"))
+    def last_error_display(self, obj: Job) -> SafeString:
+        if not obj.last_error:
+            return format_html('<span class="sqlq-quiet">{}</span>', gettext("none"))
+        return format_html('<pre class="sqlq-traceback">{}</pre>', obj.last_error)
+
+    @admin.display(description=_("errors per attempt"))
+    def errors_display(self, obj: Job) -> SafeString:
+        entries = obj.errors
+        if not entries:
+            return format_html('<span class="sqlq-quiet">{}</span>', gettext("none"))
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return pretty_json(entries)
+        items = format_html_join(
+            "\n",
+            '<li><details><summary>{}</summary><pre class="sqlq-traceback">{}</pre>'
+            "</details></li>",
+            (
+                (
+                    gettext("Attempt %(attempt)s on %(worker)s: %(exc)s: %(message)s")
+                    % {
+                        "attempt": entry.get("attempt", "?"),
+                        "worker": entry.get("worker_id") or "?",
+                        "exc": entry.get("exception_class", "?"),
+                        "message": str(entry.get("message", ""))[:300],
+                    },
+                    entry.get("traceback", ""),
+                )
+                for entry in reversed(entries)
+            ),
+        )
+        return format_html('<ul class="sqlq-errors">{}</ul>', items)
+
+    @admin.display(description=_("worker"))
+    def worker_display(self, obj: Job) -> SafeString:
+        if not obj.locked_by:
+            return format_html('<span class="sqlq-quiet">{}</span>', gettext("none yet"))
+        process = (
+            WorkerProcess.objects.using(queue_alias()).filter(worker_id=obj.locked_by).first()
+        )
+        holds = obj.status == JobStatus.PROCESSING
+        prefix = gettext("held by") if holds else gettext("last held by")
+        if process is None:
+            return format_html("{} <code>{}</code>", prefix, obj.locked_by)
+        if process.stopped_at is not None:
+            state = gettext("stopped %s ago") % dashboard.format_age(
+                (timezone.now() - process.stopped_at).total_seconds()
+            )
+        else:
+            state = gettext("last heartbeat %s ago") % dashboard.format_age(
+                (timezone.now() - process.last_seen_at).total_seconds()
+            )
+        return format_html(
+            "{} <code>{}</code> ({} {}, pid {}; {})",
+            prefix,
+            obj.locked_by,
+            gettext("host"),
+            process.hostname,
+            process.pid,
+            state,
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, unquote(object_id))
+        context = dict(extra_context or {})
+        if obj is not None and self.has_view_permission(request, obj):
+            context.update(self._summary_context(request, obj))
+            context["title"] = gettext("Job #%(id)s: %(type)s") % {"id": obj.pk, "type": obj.type}
+            context["subtitle"] = None
+            context["show_delete"] = obj.status != JobStatus.PROCESSING
+        return super().change_view(request, object_id, form_url, context)
+
+    def _summary_context(self, request: HttpRequest, job: Job) -> dict[str, Any]:
+        now = timezone.now()
+        buttons = [
+            {
+                "label": action.label,
+                "css": action.css,
+                "url": self._url(f"{action.name.replace('-', '_')}", job.pk),
+            }
+            for action in PAGE_ACTIONS
+            if action.applies(job.status, job.scheduled_at, now) and action.allowed(self, request)
+        ]
+        delete_url = None
+        if job.status != JobStatus.PROCESSING and self.has_delete_permission(request, job):
+            delete_url = self._url("delete", job.pk)
+        if job.status == JobStatus.PROCESSING:
+            note = gettext(
+                "A worker is running this job. It cannot be cancelled or deleted while it "
+                "runs; if the worker dies, the job returns to the queue when its lease ends."
+            )
+        elif job.status in WAITING and job.scheduled_at > now:
+            note = gettext("Waits until %(when)s (in %(wait)s).") % {
+                "when": local_datetime(job.scheduled_at),
+                "wait": dashboard.format_age((job.scheduled_at - now).total_seconds()),
+            }
+        elif job.status in WAITING:
+            note = gettext("Waiting for a worker since %(when)s (%(wait)s).") % {
+                "when": local_datetime(job.scheduled_at),
+                "wait": dashboard.format_age((now - job.scheduled_at).total_seconds()),
+            }
+        else:
+            note = ""
+        return {
+            "sqlq_job": job,
+            "sqlq_status": status_badge(job.status),
+            "sqlq_buttons": buttons,
+            "sqlq_delete_url": delete_url,
+            "sqlq_note": note,
+            "sqlq_live": not job.is_finished,
+            "sqlq_summary_url": self._url("summary", job.pk),
+            "sqlq_interval": JOB_PAGE_SECONDS,
+            "sqlq_started": local_datetime(job.started_at),
+            "sqlq_completed": local_datetime(job.completed_at),
+            **self._links(request),
+        }
+
+    def summary_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The job page's live box (status, attempts, buttons), for the page to refresh."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None or not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request,
+            "admin/django_sqlq/job/summary.html",
+            self._summary_context(request, obj),
+        )
+
+    # -- URLs -----------------------------------------------------------------------
+
+    def _url(self, name: str, *args: Any, model: str | None = None) -> str:
+        return reverse(
+            f"{self.admin_site.name}:django_sqlq_{model or self.opts.model_name}_{name}",
+            args=[quote(a) for a in args],
+            current_app=self.admin_site.name,
+        )
+
+    def _job_url(self, pk: Any) -> str:
+        try:
+            return self._url("change", pk, model="job")
+        except NoReverseMatch:
+            return self._url("change", pk)
+
+    def _links(self, request: HttpRequest) -> dict[str, Any]:
+        return admin_links(self.admin_site.name)
