@@ -4,8 +4,10 @@ and the alerts an operator should see first.
 ORM aggregations only, each one bounded by an index, so the dashboard stays cheap on a table
 of millions of finished rows:
 
-- per-queue counts read only the pending, processing and failed rows (``sqlq_job_status_idx``
-  and the claim index); completed rows are never counted;
+- per-queue counts read only the scheduled, pending, processing and failed rows, one query per
+  status, each served by that status's partial index (``sqlq_job_scheduled_idx``,
+  ``sqlq_job_claim_idx``, ``sqlq_job_lease_idx``, ``sqlq_job_failed_idx``); completed rows are
+  never counted;
 - throughput reads the rows that finished in the last day (``completed_at``);
 - choices for the admin's filters read a fixed number of the newest rows (the primary key).
 
