@@ -178,7 +178,8 @@ class SQLQBackend(BaseTaskBackend):
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         # Validated again: settings (and so the queues) may have changed since @task ran.
         self.validate_task(task)
-        from django_sqlq.api import encode_json, submit_job
+        from django_sqlq.api import submit_job
+        from django_sqlq.jsoncodec import encode_json
         from django_sqlq.models import Job
 
         # As TaskResult will normalise them: tuples become lists, bytes str...
@@ -489,7 +490,7 @@ def _storable(value: Any) -> Any:
         normalized = normalize_json(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"The task's return value cannot be stored as JSON: {exc}") from exc
-    from django_sqlq.api import encode_json
+    from django_sqlq.jsoncodec import encode_json
 
     try:
         encode_json(normalized, what="task's return value")

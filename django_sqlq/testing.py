@@ -29,9 +29,9 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from django_sqlq import lifecycle, registry
-from django_sqlq.api import encode_json
 from django_sqlq.conf import get_settings
 from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.jsoncodec import encode_json
 from django_sqlq.models import Job, JobQuerySet, JobStatus
 
 __all__ = [

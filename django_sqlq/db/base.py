@@ -107,11 +107,6 @@ class QueueOps:
             return None
         return self.connection.ops.adapt_datetimefield_value(now)
 
-    def decode_json(self, value: Any) -> Any:
-        if isinstance(value, (str, bytes, bytearray)):
-            return json.loads(value)
-        return value
-
     # -- operations ---------------------------------------------------------------------
 
     def claim(
