@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from django_sqlq import statuses
 from django_sqlq.db.base import DatabaseNow
 
 PRIORITY_MIN = -100
@@ -18,12 +19,14 @@ PRIORITY_MAX = 100
 
 
 class JobStatus(models.TextChoices):
-    SCHEDULED = "scheduled", _("Scheduled")
-    PENDING = "pending", _("Pending")
-    PROCESSING = "processing", _("Processing")
-    COMPLETED = "completed", _("Completed")
-    FAILED = "failed", _("Failed")
-    CANCELLED = "cancelled", _("Cancelled")
+    """The values of ``django_sqlq.statuses``, with their labels."""
+
+    SCHEDULED = statuses.SCHEDULED, _("Scheduled")
+    PENDING = statuses.PENDING, _("Pending")
+    PROCESSING = statuses.PROCESSING, _("Processing")
+    COMPLETED = statuses.COMPLETED, _("Completed")
+    FAILED = statuses.FAILED, _("Failed")
+    CANCELLED = statuses.CANCELLED, _("Cancelled")
 
 
 FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
