@@ -10,9 +10,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
-from django.db.models.base import ModelState
 
 from django_sqlq import registry, validation
+from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
 from django_sqlq.exceptions import (
@@ -149,16 +149,13 @@ def _new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
     if _JOB_DEFAULTS is None:
         _JOB_DEFAULTS = dict(Job().__dict__)
         del _JOB_DEFAULTS["_state"]
-    job = Job.__new__(Job)
-    values = job.__dict__
-    values.update(_JOB_DEFAULTS)
-    values["_state"] = ModelState()
+    values = dict(_JOB_DEFAULTS)
     values["errors"] = []
     values["uuid"] = None  # chosen by the database, with the id
     values.update(fields)
     values["payload"] = payload
     values["_sqlq_json"] = encoded
-    return job
+    return unsaved_instance(Job, values)
 
 
 def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:

@@ -273,3 +273,25 @@ def test_a_worker_tidies_after_many_claims(monkeypatch):
     Worker().run(burst=True, install_signal_handlers=False)
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 60
     assert bool(tidied) == (connection.vendor == "postgresql")
+
+
+def test_delete_is_one_conditional_statement_even_with_delete_receivers():
+    """lifecycle.delete() goes through _django.raw_delete: QuerySet.delete() would read the
+    rows first once a post_delete receiver exists, and delete a job claimed in between."""
+    from django.db.models.signals import post_delete
+
+    waiting, running = bulk_enqueue("tests.noop", [{}, {}])
+    Job.objects.filter(pk=running.pk).update(status=JobStatus.PROCESSING)
+
+    def receiver(**kwargs: object) -> None:
+        pass
+
+    post_delete.connect(receiver, sender=Job)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            outcome = lifecycle.delete([waiting.pk, running.pk], alias="default")
+    finally:
+        post_delete.disconnect(receiver, sender=Job)
+    assert len(queries) == 1 and queries[0]["sql"].upper().startswith("DELETE")
+    assert (outcome.changed, outcome.skipped) == (1, 1)
+    assert list(Job.objects.values_list("pk", flat=True)) == [running.pk]
