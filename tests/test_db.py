@@ -351,3 +351,27 @@ def test_every_statement_runs_with_psycopgs_server_side_binding():
         assert [row[0] for row in ops.reap()] == [jobs[4].id]
     finally:
         bound.close()
+
+
+def test_the_column_list_names_every_column_of_the_model():
+    """``db/columns.py``'s JOB_COLUMNS is what every INSERT writes from: a field added to Job
+    without an entry there would be left to the database (and NOT NULL ones fail)."""
+    from django_sqlq.db.columns import JOB_COLUMNS, ClaimedJob
+
+    model = [field.column for field in Job._meta.concrete_fields]
+    assert not set(model) - set(JOB_COLUMNS), "columns missing from db/columns.JOB_COLUMNS"
+    assert not set(JOB_COLUMNS) - set(model), "db/columns.JOB_COLUMNS names no such column"
+    assert list(JOB_COLUMNS) == model  # in the model's order, for the reader
+    assert set(ClaimedJob._fields) <= set(model)
+
+
+def test_every_insert_writes_the_columns_of_the_list():
+    from django_sqlq.db.columns import INSERT_COLUMNS
+
+    with CaptureQueriesContext(connection) as queries:
+        bulk_enqueue("tests.noop", [{}])
+        bulk_enqueue("tests.noop", [{}, {}], delay=60)
+    inserts = [query["sql"] for query in queries if "INSERT INTO" in query["sql"]]
+    assert len(inserts) == 2
+    for sql in inserts:
+        assert f"INSERT INTO sqlq_job ({', '.join(INSERT_COLUMNS)})" in sql

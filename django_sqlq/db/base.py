@@ -27,17 +27,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-
-class ClaimedJob(NamedTuple):
-    id: int
-    queue: str
-    type: str
-    payload: Any
-    attempts: int
-    max_attempts: int
-    timeout: float | None
-    priority: int
-    scheduled_at: Any
+from django_sqlq.db.columns import FIELD_COLUMNS, INSERT_COLUMNS, JOB_COLUMNS, New
+from django_sqlq.db.columns import ClaimedJob as ClaimedJob  # its home until it moved
 
 
 class Finished(NamedTuple):
@@ -48,7 +39,6 @@ class Finished(NamedTuple):
     result: Any = None
 
 
-CLAIM_COLUMNS = "id, queue, type, payload, attempts, max_attempts, timeout, priority, scheduled_at"
 # ``errors`` keeps the entries of the last attempts only: a job retried for ever (a huge
 # max_attempts) would otherwise grow its row by an entry (up to ~68 KB) per attempt.
 MAX_ERROR_ENTRIES = 50
@@ -100,6 +90,9 @@ class QueueOps:
     def float_param_sql(self, name: str) -> str:
         """The parameter ``name`` as a floating-point number."""
         return f"%({name})s"
+
+    def empty_json_list_sql(self) -> str:
+        return "'[]'"
 
     def skip_locked(self) -> str:
         return ""
@@ -199,7 +192,11 @@ class QueueOps:
         ``queues`` read in that order (tests EXPLAIN it)."""
         now_sql = self.now_sql()
         picked_sql, picked_params = self.claim_ids_sql(queues)
-        columns = CLAIM_COLUMNS.replace("scheduled_at", self.raw_datetime("scheduled_at"))
+        # ClaimedJob's fields, in order; scheduled_at only orders the batch.
+        columns = ", ".join(
+            self.raw_datetime(name) if name == "scheduled_at" else name
+            for name in ClaimedJob._fields
+        )
         sql = (
             f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
             f"locked_by = %(worker_id)s, locked_at = {now_sql}, started_at = {now_sql}, "
@@ -272,16 +269,11 @@ class QueueOps:
         key = (type(self), fixed_time, self.now_sql())  # now_sql follows USE_TZ on SQLite
         sql = self._insert_one_cache.get(key)
         if sql is None:
-            now_sql = self.now_sql()
-            scheduled_sql = self.scheduled_sql(fixed_time)
+            columns, values = self.new_row_sql(
+                payload_sql=self.json_param_sql("payload"), fixed_time=fixed_time
+            )
             sql = self.with_notify(
-                f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
-                f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, "
-                f"updated_at, locked_by, uuid) VALUES (%(queue)s, %(type)s, "
-                f"{self.json_param_sql('payload')}, {self.initial_status_sql(scheduled_sql)}, "
-                f"%(priority)s, 0, %(max_attempts)s, {self.float_param_sql('timeout')}, '', "
-                f"{self.json_param_sql('errors')}, "
-                f"{scheduled_sql}, {now_sql}, {now_sql}, '', {self.uuid_sql()}) "
+                f"INSERT INTO {self.table} ({columns}) VALUES ({values}) "
                 f"RETURNING id, scheduled_at, created_at, uuid"
             )
             self._insert_one_cache[key] = sql
@@ -292,24 +284,53 @@ class QueueOps:
         now plus the ``delay`` parameter, by the database's clock."""
         return "%(scheduled_at)s" if fixed_time else self.later_sql("delay")
 
+    def new_row_sql(self, *, payload_sql: str, fixed_time: bool) -> tuple[str, str]:
+        """(column list, value list) of an INSERT of new jobs, from ``JOB_COLUMNS``."""
+        scheduled_sql = self.scheduled_sql(fixed_time)
+        values = [
+            self.new_value_sql(
+                name, JOB_COLUMNS[name], payload_sql=payload_sql, scheduled_sql=scheduled_sql
+            )
+            for name in INSERT_COLUMNS
+        ]
+        return ", ".join(INSERT_COLUMNS), ", ".join(values)
+
+    def new_value_sql(
+        self, column: str, new: New | str | None, *, payload_sql: str, scheduled_sql: str
+    ) -> str:
+        """SQL for what an INSERT writes in ``column`` of a new job (see ``New``)."""
+        if new is New.FIELD:
+            return f"%({column})s"
+        if new is New.FLOAT_FIELD:
+            return self.float_param_sql(column)
+        if new is New.PAYLOAD:
+            return payload_sql
+        if new is New.INITIAL_STATUS:
+            return self.initial_status_sql(scheduled_sql)
+        if new is New.SCHEDULED_AT:
+            return scheduled_sql
+        if new is New.NOW:
+            return self.now_sql()
+        if new is New.UUID:
+            return self.uuid_sql()
+        if new is New.EMPTY_JSON_LIST:
+            return self.empty_json_list_sql()
+        if isinstance(new, str):
+            return new
+        raise ValueError(f"{column}: not written by an INSERT")
+
     def new_job_params(
         self, fields: dict[str, Any], delay_seconds: float | None
     ) -> dict[str, Any]:
         """The parameters of an INSERT of new jobs with ``fields``, but their payloads."""
+        params = {name: fields[name] for name in FIELD_COLUMNS}
         scheduled = fields.get("scheduled_at")
-        return {
-            "queue": fields["queue"],
-            "type": fields["type"],
-            "priority": fields["priority"],
-            "max_attempts": fields["max_attempts"],
-            "timeout": fields["timeout"],
-            "errors": "[]",
-            "scheduled_at": None
-            if scheduled is None
-            else self.connection.ops.adapt_datetimefield_value(scheduled),
-            "delay": delay_seconds or 0,
-            "now": None,  # the database's clock: web hosts with skewed clocks agree
-        }
+        if scheduled is not None:
+            scheduled = self.connection.ops.adapt_datetimefield_value(scheduled)
+        params["scheduled_at"] = scheduled
+        params["delay"] = delay_seconds or 0
+        params["now"] = None  # the database's clock: web hosts with skewed clocks agree
+        return params
 
     def initial_status_sql(self, scheduled_sql: str) -> str:
         """A new job's status: ``scheduled`` when ``scheduled_sql`` is later than now, else
@@ -464,17 +485,11 @@ class QueueOps:
         by the database clock. Returns (id, scheduled_at, created_at, uuid) in payload order.
         """
         source, payload_sql, order_sql, payloads_param = self.payloads_sql(payloads)
-        now_sql = self.now_sql()
-        scheduled_sql = self.scheduled_sql(fields.get("scheduled_at") is not None)
+        columns, values = self.new_row_sql(
+            payload_sql=payload_sql, fixed_time=fields.get("scheduled_at") is not None
+        )
         sql = (
-            f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
-            f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
-            f"locked_by, uuid) "
-            f"SELECT %(queue)s, %(type)s, {payload_sql}, "
-            f"{self.initial_status_sql(scheduled_sql)}, %(priority)s, 0, %(max_attempts)s, "
-            f"{self.float_param_sql('timeout')}, '', "
-            f"{self.json_param_sql('errors')}, {scheduled_sql}, {now_sql}, {now_sql}, '', "
-            f"{self.uuid_sql()} "
+            f"INSERT INTO {self.table} ({columns}) SELECT {values} "
             f"FROM {source} ORDER BY {order_sql} "
             f"RETURNING id, {self.raw_datetime('scheduled_at')}, "
             f"{self.raw_datetime('created_at')}, uuid"

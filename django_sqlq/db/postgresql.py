@@ -146,6 +146,9 @@ class PostgreSQLOps(QueueOps):
     def float_param_sql(self, name: str) -> str:
         return f"%({name})s::double precision"
 
+    def empty_json_list_sql(self) -> str:
+        return "'[]'::jsonb"
+
     def skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED"
 
