@@ -167,7 +167,7 @@ class Job(models.Model):
             # The operators' list of failures, newest first. Partial: claims and completions
             # never touch it (a plain index on status would be rewritten by every claim).
             models.Index(fields=["-id"], name="sqlq_job_failed_idx", condition=Q(status="failed")),
-            # Throughput over time (the dashboard) and pruning of old finished rows.
+            # Throughput over time (the dashboard); pruning old finished rows will use it too.
             models.Index(fields=["completed_at"], name="sqlq_job_completed_idx"),
         ]
         constraints = [
