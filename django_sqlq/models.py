@@ -212,15 +212,7 @@ class QueueDashboard(Job):
 
 
 class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
-    def alive(self, seconds: float) -> WorkerProcessQuerySet:
-        from datetime import timedelta
-
-        from django.utils import timezone
-
-        return self.filter(
-            stopped_at__isnull=True,
-            last_seen_at__gte=timezone.now() - timedelta(seconds=seconds),
-        )
+    """The workers' queryset: where their state-named methods go."""
 
 
 class WorkerProcess(models.Model):
@@ -249,14 +241,3 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "worker_id": self.worker_id,
-            "hostname": self.hostname,
-            "pid": self.pid,
-            "queues": self.queues,
-            "concurrency": self.concurrency,
-            "last_seen_at": self.last_seen_at,
-            "jobs_done": self.jobs_done,
-        }
