@@ -29,9 +29,9 @@ def raw_delete(queryset: models.QuerySet[Any], alias: str) -> int:
     return int(queryset._raw_delete(alias))  # type: ignore[attr-defined]
 
 
-def unsaved_instance(model: type[M], values: dict[str, Any]) -> M:
-    """An unsaved ``model`` instance whose ``__dict__`` is ``values`` (every field's attname)
-    and a fresh ``ModelState``, as ``Model.__init__`` leaves it, without running it.
+def unsaved_instance(model: type[M]) -> M:
+    """An unsaved ``model`` instance with a fresh ``ModelState`` and nothing else, without
+    running ``Model.__init__``: the caller fills its ``__dict__`` with every field's attname.
 
     Why: ``Model.__init__`` walks every field and sends ``post_init``; for the jobs table it
     cost more than the INSERT on SQLite, and more than the whole statement when
@@ -41,6 +41,5 @@ def unsaved_instance(model: type[M], values: dict[str, Any]) -> M:
     ``peers``, also class-level), so a bare instance works on both. No ``post_init`` signal is
     sent: the jobs model has no field that needs one."""
     instance = model.__new__(model)
-    instance.__dict__.update(values)
     instance.__dict__["_state"] = ModelState()
     return instance

@@ -149,13 +149,15 @@ def _new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
     if _JOB_DEFAULTS is None:
         _JOB_DEFAULTS = dict(Job().__dict__)
         del _JOB_DEFAULTS["_state"]
-    values = dict(_JOB_DEFAULTS)
+    job = unsaved_instance(Job)
+    values = job.__dict__
+    values.update(_JOB_DEFAULTS)
     values["errors"] = []
     values["uuid"] = None  # chosen by the database, with the id
     values.update(fields)
     values["payload"] = payload
     values["_sqlq_json"] = encoded
-    return unsaved_instance(Job, values)
+    return job
 
 
 def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:
