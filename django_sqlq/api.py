@@ -3,8 +3,6 @@ transaction (same database) or on its commit (another database)."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -12,9 +10,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
-from django.db.models.base import ModelState
 
 from django_sqlq import registry, validation
+from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
 from django_sqlq.exceptions import (
@@ -23,6 +21,7 @@ from django_sqlq.exceptions import (
     PayloadError,
     UnknownQueueError,
 )
+from django_sqlq.jsoncodec import encode_json as encode_json  # re-exported (older imports)
 from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobStatus
 
 Target = str | Callable[..., Any]
@@ -30,44 +29,6 @@ Target = str | Callable[..., Any]
 # Jobs per INSERT in bulk_enqueue: large enough to amortise the round trip, small enough to
 # keep one statement's memory and lock time modest.
 BULK_CHUNK = 10_000
-
-
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
-
-# \u escapes that JSON text may hold but PostgreSQL's jsonb refuses ("unsupported Unicode
-# escape sequence"): NUL, and half a surrogate pair (a whole pair, group 2, is fine). Only
-# an escape after an even number of backslashes is one (``\\u0000`` is the text "\u0000").
-_UNSTORABLE_ESCAPE = re.compile(
-    r"(?<!\\)(?:\\\\)*\\u(0000|(d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2})|d[89a-f][0-9a-f]{2})",
-    re.IGNORECASE,
-)
-
-
-def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) -> str:
-    """``value`` as JSON text, or a PayloadError that says what JSON cannot hold."""
-    try:
-        text = _ENCODER.encode(value)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"The {what} cannot be stored as JSON: {exc}.") from exc
-    except RecursionError as exc:
-        raise PayloadError(
-            f"The {what} cannot be stored as JSON: it is nested too deeply."
-        ) from exc
-    if "\\u" in text:  # ensure_ascii: every non-ASCII character is a \u escape
-        for match in _UNSTORABLE_ESCAPE.finditer(text):
-            if match.group(2) is None:
-                kind = "a NUL character" if match.group(1) == "0000" else "a lone surrogate"
-                raise PayloadError(
-                    f"The {what} cannot be stored as JSON: it holds {kind} (\\u{match.group(1)}), "
-                    "which PostgreSQL's jsonb refuses; django_sqlq refuses it on every engine."
-                )
-    if limit is not None and len(text) * 4 > limit and len(text.encode()) > limit:
-        raise PayloadError(
-            f"The {what} is {len(text.encode())} bytes as JSON, over the limit of {limit} "
-            "bytes (SQLQ['MAX_PAYLOAD_BYTES']). Store large data elsewhere and enqueue a "
-            "reference to it."
-        )
-    return text
 
 
 def _validate_int(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -188,10 +149,9 @@ def _new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
     if _JOB_DEFAULTS is None:
         _JOB_DEFAULTS = dict(Job().__dict__)
         del _JOB_DEFAULTS["_state"]
-    job = Job.__new__(Job)
+    job = unsaved_instance(Job)
     values = job.__dict__
     values.update(_JOB_DEFAULTS)
-    values["_state"] = ModelState()
     values["errors"] = []
     values["uuid"] = None  # chosen by the database, with the id
     values.update(fields)

@@ -40,7 +40,7 @@ from django.apps import apps
 from django.core import checks
 from django.utils.module_loading import import_string
 
-from django_sqlq import registry, validation
+from django_sqlq import registry, statuses, validation
 
 # Without django.tasks or the backport, this import raises an ImportError saying what to
 # install.
@@ -72,14 +72,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLQBackend"]
 
-# Job statuses (django_sqlq.models.JobStatus values) -> the framework's.
+# Job statuses -> the framework's.
 STATUSES: Final[Mapping[str, TaskResultStatus]] = {
-    "scheduled": TaskResultStatus.READY,
-    "pending": TaskResultStatus.READY,
-    "processing": TaskResultStatus.RUNNING,
-    "completed": TaskResultStatus.SUCCESSFUL,
-    "failed": TaskResultStatus.FAILED,
-    "cancelled": TaskResultStatus.FAILED,
+    statuses.SCHEDULED: TaskResultStatus.READY,
+    statuses.PENDING: TaskResultStatus.READY,
+    statuses.PROCESSING: TaskResultStatus.RUNNING,
+    statuses.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    statuses.FAILED: TaskResultStatus.FAILED,
+    statuses.CANCELLED: TaskResultStatus.FAILED,
 }
 
 # Job.queue's max_length.
@@ -178,7 +178,8 @@ class SQLQBackend(BaseTaskBackend):
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         # Validated again: settings (and so the queues) may have changed since @task ran.
         self.validate_task(task)
-        from django_sqlq.api import encode_json, submit_job
+        from django_sqlq.api import submit_job
+        from django_sqlq.jsoncodec import encode_json
         from django_sqlq.models import Job
 
         # As TaskResult will normalise them: tuples become lists, bytes str...
@@ -337,7 +338,7 @@ def _exception_class_path(name: str) -> str:
 
 def _worker_ids(job: Job) -> list[str]:
     """One worker id per attempt (the framework counts attempts as ``len(worker_ids)``)."""
-    holder = job.status in ("processing", "completed") and job.locked_by
+    holder = job.status in (statuses.PROCESSING, statuses.COMPLETED) and job.locked_by
     past = job.attempts - (1 if holder else 0)
     entries = job.errors if isinstance(job.errors, list) else []
     ids = [str(entry.get("worker_id", "")) for entry in entries if isinstance(entry, dict)]
@@ -401,7 +402,7 @@ def task_result_for(job: Job) -> TaskResult[Any, Any]:
         errors=_errors(job),
         worker_ids=_worker_ids(job),
     )
-    if job.status == "completed":
+    if job.status == statuses.COMPLETED:
         object.__setattr__(result, "_return_value", job.result)
     return result
 
@@ -450,11 +451,11 @@ def _task_started(context: registry.JobContext) -> None:
 
 
 def _task_finished(context: registry.JobContext, status: str, value: Any) -> None:
-    if status not in ("completed", "failed"):
+    if status not in (statuses.COMPLETED, statuses.FAILED):
         return  # a retry: the task is READY again, not finished
     result = _load(context.job_id, context.database)
     exception = getattr(value, "exception", None)
-    if status == "failed" and exception is not None:
+    if status == statuses.FAILED and exception is not None:
         # Inside an except block, as the framework's own backends send it: its receiver logs
         # with logger.exception(), so the log (and Sentry) gets the task's real exception.
         try:
@@ -489,7 +490,7 @@ def _storable(value: Any) -> Any:
         normalized = normalize_json(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"The task's return value cannot be stored as JSON: {exc}") from exc
-    from django_sqlq.api import encode_json
+    from django_sqlq.jsoncodec import encode_json
 
     try:
         encode_json(normalized, what="task's return value")

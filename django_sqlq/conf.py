@@ -56,7 +56,7 @@ class Settings:
     RETRY_BACKOFF: str
     RETRY_BACKOFF_BASE: float
     RETRY_BACKOFF_MAX: float
-    KEEP_FINISHED: int
+    KEEP_FINISHED: int  # validated, read by nothing yet: reserved for pruning (sqlq_prune)
     POLL_INTERVAL: float
     MAX_PAYLOAD_BYTES: int
     SQLITE_PRAGMAS: Mapping[str, str | int]

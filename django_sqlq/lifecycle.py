@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django_sqlq._django import raw_delete
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
@@ -314,10 +315,8 @@ def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
-    deleted = (
-        Job.objects.using(alias)
-        .filter(pk__in=wanted)
-        .exclude(status=JobStatus.PROCESSING)
-        ._raw_delete(alias)
+    deleted = raw_delete(
+        Job.objects.using(alias).filter(pk__in=wanted).exclude(status=JobStatus.PROCESSING),
+        alias,
     )
     return Outcome(changed=deleted, skipped=len(wanted) - deleted)

@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from django_sqlq import statuses
 from django_sqlq.db.base import DatabaseNow
 
 PRIORITY_MIN = -100
@@ -18,12 +19,14 @@ PRIORITY_MAX = 100
 
 
 class JobStatus(models.TextChoices):
-    SCHEDULED = "scheduled", _("Scheduled")
-    PENDING = "pending", _("Pending")
-    PROCESSING = "processing", _("Processing")
-    COMPLETED = "completed", _("Completed")
-    FAILED = "failed", _("Failed")
-    CANCELLED = "cancelled", _("Cancelled")
+    """The values of ``django_sqlq.statuses``, with their labels."""
+
+    SCHEDULED = statuses.SCHEDULED, _("Scheduled")
+    PENDING = statuses.PENDING, _("Pending")
+    PROCESSING = statuses.PROCESSING, _("Processing")
+    COMPLETED = statuses.COMPLETED, _("Completed")
+    FAILED = statuses.FAILED, _("Failed")
+    CANCELLED = statuses.CANCELLED, _("Cancelled")
 
 
 FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
@@ -164,7 +167,7 @@ class Job(models.Model):
             # The operators' list of failures, newest first. Partial: claims and completions
             # never touch it (a plain index on status would be rewritten by every claim).
             models.Index(fields=["-id"], name="sqlq_job_failed_idx", condition=Q(status="failed")),
-            # Throughput over time (the dashboard) and pruning of old finished rows.
+            # Throughput over time (the dashboard); pruning old finished rows will use it too.
             models.Index(fields=["completed_at"], name="sqlq_job_completed_idx"),
         ]
         constraints = [
@@ -209,15 +212,7 @@ class QueueDashboard(Job):
 
 
 class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
-    def alive(self, seconds: float) -> WorkerProcessQuerySet:
-        from datetime import timedelta
-
-        from django.utils import timezone
-
-        return self.filter(
-            stopped_at__isnull=True,
-            last_seen_at__gte=timezone.now() - timedelta(seconds=seconds),
-        )
+    """The workers' queryset: where their state-named methods go."""
 
 
 class WorkerProcess(models.Model):
@@ -246,14 +241,3 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "worker_id": self.worker_id,
-            "hostname": self.hostname,
-            "pid": self.pid,
-            "queues": self.queues,
-            "concurrency": self.concurrency,
-            "last_seen_at": self.last_seen_at,
-            "jobs_done": self.jobs_done,
-        }

@@ -29,9 +29,9 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from django_sqlq import lifecycle, registry
-from django_sqlq.api import encode_json
 from django_sqlq.conf import get_settings
 from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.jsoncodec import encode_json
 from django_sqlq.models import Job, JobQuerySet, JobStatus
 
 __all__ = [
@@ -292,11 +292,7 @@ def _claim(alias: str, job_id: int, now: datetime) -> ClaimedJob | None:
     )
     if not claimed:
         return None
-    row = jobs.values_list(
-        "id", "queue", "type", "payload", "attempts", "max_attempts", "timeout", "priority",
-        "scheduled_at",
-    ).get(pk=job_id)  # fmt: skip
-    return ClaimedJob._make(row)
+    return ClaimedJob._make(jobs.values_list(*ClaimedJob._fields).get(pk=job_id))
 
 
 def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -> str | None:

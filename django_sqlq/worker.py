@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import math
 import os
@@ -41,7 +40,6 @@ from django.db import DatabaseError, connections
 from django.utils import timezone, translation
 
 from django_sqlq import _stopsignals, lifecycle, registry, validation
-from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import (
     has_uncommitted_writes,
@@ -58,6 +56,7 @@ from django_sqlq.exceptions import (
     SQLQError,
     TransactionLeftOpenError,
 )
+from django_sqlq.jsoncodec import decode_json, encode_json
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -166,18 +165,6 @@ class _Inbox:
                     break
                 taken.append(item[1])
         return taken
-
-
-_JSON_DECODE = json.JSONDecoder().decode
-
-
-def _decode_json(value: Any) -> Any:
-    """A JSON column read by raw SQL: text on SQLite (and from Django's psycopg set-up)."""
-    if isinstance(value, str):
-        return _JSON_DECODE(value)
-    if isinstance(value, (bytes, bytearray)):
-        return json.loads(value)
-    return value
 
 
 class _Done(NamedTuple):
@@ -1029,7 +1016,7 @@ class Worker:
         attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not."""
         context_before = contextvars.copy_context()
         try:
-            payload = _decode_json(job.payload)
+            payload = decode_json(job.payload)
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
                 args += (self._context(job),)

@@ -232,3 +232,18 @@ def test_bulk_enqueue_rolls_back_with_the_caller():
         bulk_enqueue("tests.echo", [{"n": i} for i in range(10)])
         raise RuntimeError
     assert not Job.objects.exists()
+
+
+def test_encode_json_is_still_importable_from_api():
+    from django_sqlq import api, jsoncodec
+
+    assert api.encode_json is jsoncodec.encode_json
+
+
+def test_decode_json_reads_text_bytes_and_decoded_values():
+    from django_sqlq.jsoncodec import decode_json, encode_json
+
+    value = {"a": [1, "é", None]}
+    assert decode_json(encode_json(value)) == value
+    assert decode_json(encode_json(value).encode()) == value
+    assert decode_json(value) is value

@@ -624,3 +624,11 @@ def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_work
         worker.output()
     )
     assert "ForcedStop" not in worker.output()
+
+
+def test_every_status_has_a_task_status(tasks: ModuleType) -> None:
+    from django_sqlq import statuses
+    from django_sqlq.backend import STATUSES
+
+    assert JobStatus.values == list(statuses.ALL)
+    assert set(STATUSES) == set(statuses.ALL)

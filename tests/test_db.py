@@ -273,3 +273,105 @@ def test_a_worker_tidies_after_many_claims(monkeypatch):
     Worker().run(burst=True, install_signal_handlers=False)
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 60
     assert bool(tidied) == (connection.vendor == "postgresql")
+
+
+def test_delete_is_one_conditional_statement_even_with_delete_receivers():
+    """lifecycle.delete() goes through _django.raw_delete: QuerySet.delete() would read the
+    rows first once a post_delete receiver exists, and delete a job claimed in between."""
+    from django.db.models.signals import post_delete
+
+    waiting, running = bulk_enqueue("tests.noop", [{}, {}])
+    Job.objects.filter(pk=running.pk).update(status=JobStatus.PROCESSING)
+
+    def receiver(**kwargs: object) -> None:
+        pass
+
+    post_delete.connect(receiver, sender=Job)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            outcome = lifecycle.delete([waiting.pk, running.pk], alias="default")
+    finally:
+        post_delete.disconnect(receiver, sender=Job)
+    assert len(queries) == 1 and queries[0]["sql"].upper().startswith("DELETE")
+    assert (outcome.changed, outcome.skipped) == (1, 1)
+    assert list(Job.objects.values_list("pk", flat=True)) == [running.pk]
+
+
+def test_named_parameters_through_djangos_cursor():
+    """Statements with more than two parameters name them (``%(now)s``) and pass a dict:
+    Django's SQLite cursor turns them into ``:now``; psycopg takes them as they are. A name
+    used twice is one parameter; ``%%`` is still a literal ``%``; unused names are ignored."""
+    cast = "::integer" if connection.vendor == "postgresql" else ""
+    sql = f"SELECT %(n)s{cast} * %(n)s{cast}, %(s)s, '100%%'"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"n": 3, "s": "x", "unused": None})
+        assert tuple(cursor.fetchone()) == (9, "x", "100%")
+
+
+def test_every_statement_runs_with_psycopgs_server_side_binding():
+    """With ``OPTIONS["server_side_binding"]`` psycopg sends the parameters apart from the
+    statement ($1, $2...), a name used several times as one: every queue statement runs so."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a psycopg option")
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_sqlq.db.base import Finished
+
+    default = connections["default"]
+    settings = dict(default.settings_dict)
+    settings["OPTIONS"] = {**settings["OPTIONS"], "server_side_binding": True}
+    bound = type(default)(settings, alias="default")
+    try:
+        import psycopg
+
+        bound.ensure_connection()
+        assert not isinstance(bound.connection.cursor(), psycopg.ClientCursor)
+        ops = type(ops_for("default"))(bound)
+        fields = {"queue": "default", "type": "tests.noop", "priority": 0}
+        fields |= {"max_attempts": 2, "timeout": None}
+        ops.insert_one(payload="{}", fields=fields, delay_seconds=None)
+        ops.insert_many(payloads=["{}"] * 4, fields=fields, delay_seconds=None)
+        later = {**fields, "scheduled_at": timezone.now() - timedelta(seconds=1)}
+        ops.insert_many(payloads=["{}"] * 2, fields=later, delay_seconds=None)
+        assert ops.promote(limit=10) == 0  # written pending: their time had come
+        assert ops.next_due_in() is None
+        jobs = ops.claim(queues=["default", "other"], worker_id="w", limit=5, lease_seconds=30)
+        assert len(jobs) == 5
+        assert ops.extend_leases(worker_id="w", lease_seconds=60, job_ids=[jobs[0].id]) == 1
+        assert ops.complete([Finished(jobs[0].id, 1, {"ok": 1})], worker_id="w") == [jobs[0].id]
+        entry = {"attempt": 1, "message": "boom"}
+        assert ops.fail(
+            job_id=jobs[1].id, attempt=1, worker_id="w", error="boom", error_entry=entry,
+            retry_in=5,
+        ) == "scheduled"  # fmt: skip
+        assert ops.release([jobs[2].id, jobs[3].id], worker_id="w") == 2
+        Job.objects.filter(pk=jobs[4].id).update(lease_expires_at=None)
+        assert [row[0] for row in ops.reap()] == [jobs[4].id]
+    finally:
+        bound.close()
+
+
+def test_the_column_list_names_every_column_of_the_model():
+    """``db/columns.py``'s JOB_COLUMNS is what every INSERT writes from: a field added to Job
+    without an entry there would be left to the database (and NOT NULL ones fail)."""
+    from django_sqlq.db.columns import JOB_COLUMNS, ClaimedJob
+
+    model = [field.column for field in Job._meta.concrete_fields]
+    assert not set(model) - set(JOB_COLUMNS), "columns missing from db/columns.JOB_COLUMNS"
+    assert not set(JOB_COLUMNS) - set(model), "db/columns.JOB_COLUMNS names no such column"
+    assert list(JOB_COLUMNS) == model  # in the model's order, for the reader
+    assert set(ClaimedJob._fields) <= set(model)
+
+
+def test_every_insert_writes_the_columns_of_the_list():
+    from django_sqlq.db.columns import INSERT_COLUMNS
+
+    with CaptureQueriesContext(connection) as queries:
+        bulk_enqueue("tests.noop", [{}])
+        bulk_enqueue("tests.noop", [{}, {}], delay=60)
+    inserts = [query["sql"] for query in queries if "INSERT INTO" in query["sql"]]
+    assert len(inserts) == 2
+    for sql in inserts:
+        assert f"INSERT INTO sqlq_job ({', '.join(INSERT_COLUMNS)})" in sql

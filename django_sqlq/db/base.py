@@ -1,10 +1,14 @@
 """The queue operations every engine implements, with the SQL they share.
 
-Every statement is one round trip. Values always go in as parameters; the statuses are
-literals on purpose, so the planners can match the partial indexes' ``WHERE status = ...``.
+Every statement is one round trip. Values always go in as parameters, named
+(``%(now)s``) so that a value a statement uses several times is passed once: both
+psycopg and Django's SQLite backend (which turns ``%(name)s`` into ``:name``) take a dict
+of them. The statuses are literals on purpose, so the planners can match the partial
+indexes' ``WHERE status = ...``.
 
-``now`` is the clock: ``None`` means the database's own clock (the default in production, so
-hosts with skewed clocks agree), a datetime means an injected clock (tests).
+``now`` is the clock, parameter ``%(now)s`` of every statement that reads it: ``None``
+means the database's own clock (the default in production, so hosts with skewed clocks
+agree), a datetime means an injected clock (tests).
 """
 
 from __future__ import annotations
@@ -23,17 +27,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-
-class ClaimedJob(NamedTuple):
-    id: int
-    queue: str
-    type: str
-    payload: Any
-    attempts: int
-    max_attempts: int
-    timeout: float | None
-    priority: int
-    scheduled_at: Any
+from django_sqlq.db.columns import FIELD_COLUMNS, INSERT_COLUMNS, JOB_COLUMNS, New
+from django_sqlq.db.columns import ClaimedJob as ClaimedJob  # its home until it moved
 
 
 class Finished(NamedTuple):
@@ -44,7 +39,6 @@ class Finished(NamedTuple):
     result: Any = None
 
 
-CLAIM_COLUMNS = "id, queue, type, payload, attempts, max_attempts, timeout, priority, scheduled_at"
 # ``errors`` keeps the entries of the last attempts only: a job retried for ever (a huge
 # max_attempts) would otherwise grow its row by an entry (up to ~68 KB) per attempt.
 MAX_ERROR_ENTRIES = 50
@@ -64,7 +58,7 @@ class QueueOps:
     # -- dialect ------------------------------------------------------------------------
 
     def now_sql(self) -> str:
-        """SQL for "now"; takes one parameter (the injected clock, or NULL)."""
+        """SQL for "now", from the ``now`` parameter (the injected clock, or NULL)."""
         raise NotImplementedError
 
     def uuid_sql(self) -> str:
@@ -73,22 +67,32 @@ class QueueOps:
         from the id."""
         raise NotImplementedError
 
-    def later_sql(self) -> str:
-        """SQL for "now + seconds"; takes two parameters: the clock and the seconds."""
+    def later_sql(self, seconds: str) -> str:
+        """SQL for "now + seconds", from the ``now`` parameter and the parameter named
+        ``seconds``."""
         raise NotImplementedError
 
-    def append_error_sql(self) -> str:
-        """SQL for ``errors`` with one JSON object (one parameter, as text) appended."""
+    def append_error_sql(self, entry: str) -> str:
+        """SQL for ``errors`` with one JSON object (the parameter named ``entry``, as text)
+        appended."""
         raise NotImplementedError
 
-    def in_list_sql(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    def in_list_sql(
+        self, column: str, values: Sequence[Any], name: str
+    ) -> tuple[str, dict[str, Any]]:
+        """``column`` is one of ``values``, and its parameters (named after ``name``)."""
         raise NotImplementedError
 
-    def json_param_sql(self) -> str:
-        return "%s"
+    def json_param_sql(self, name: str) -> str:
+        """The parameter ``name`` (JSON text) as the engine's JSON type."""
+        return f"%({name})s"
 
-    def float_param_sql(self) -> str:
-        return "%s"
+    def float_param_sql(self, name: str) -> str:
+        """The parameter ``name`` as a floating-point number."""
+        return f"%({name})s"
+
+    def empty_json_list_sql(self) -> str:
+        return "'[]'"
 
     def skip_locked(self) -> str:
         return ""
@@ -106,11 +110,6 @@ class QueueOps:
         if now is None:
             return None
         return self.connection.ops.adapt_datetimefield_value(now)
-
-    def decode_json(self, value: Any) -> Any:
-        if isinstance(value, (str, bytes, bytearray)):
-            return json.loads(value)
-        return value
 
     # -- operations ---------------------------------------------------------------------
 
@@ -188,28 +187,36 @@ class QueueOps:
         limit: int,
         lease_seconds: float,
         now: datetime | None = None,
-    ) -> tuple[str, list[Any]]:
+    ) -> tuple[str, dict[str, Any]]:
         """The claim statement and its parameters, exactly as :meth:`claim` runs them, for
         ``queues`` read in that order (tests EXPLAIN it)."""
-        clock = self.clock(now)
-        now_sql, later_sql = self.now_sql(), self.later_sql()
-        picked_sql, picked_params = self.claim_ids_sql(queues, limit=limit, clock=clock)
-        columns = CLAIM_COLUMNS.replace("scheduled_at", self.raw_datetime("scheduled_at"))
+        now_sql = self.now_sql()
+        picked_sql, picked_params = self.claim_ids_sql(queues)
+        # ClaimedJob's fields, in order; scheduled_at only orders the batch.
+        columns = ", ".join(
+            self.raw_datetime(name) if name == "scheduled_at" else name
+            for name in ClaimedJob._fields
+        )
         sql = (
             f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
-            f"locked_by = %s, locked_at = {now_sql}, started_at = {now_sql}, "
-            f"lease_expires_at = {later_sql}, updated_at = {now_sql} "
+            f"locked_by = %(worker_id)s, locked_at = {now_sql}, started_at = {now_sql}, "
+            f"lease_expires_at = {self.later_sql('lease')}, updated_at = {now_sql} "
             f"WHERE id IN ({picked_sql}) "
             f"RETURNING {columns}"
         )
-        params = [worker_id, clock, clock, clock, lease_seconds, clock, *picked_params]
+        params = {
+            "worker_id": worker_id,
+            "now": self.clock(now),
+            "lease": lease_seconds,
+            "limit": limit,
+            **picked_params,
+        }
         return sql, params
 
-    def claim_ids_sql(
-        self, queues: Sequence[str], *, limit: int, clock: Any
-    ) -> tuple[str, list[Any]]:
-        """A SELECT of the ids to claim: up to ``limit`` runnable jobs, each queue's read in
-        the claim index's order, the queues in the order given."""
+    def claim_ids_sql(self, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
+        """A SELECT of the ids to claim: up to ``%(limit)s`` runnable jobs (by ``%(now)s``),
+        each queue's read in the claim index's order, the queues in the order given; and the
+        parameters that name the queues."""
         raise NotImplementedError
 
     def complete(
@@ -219,7 +226,6 @@ class QueueOps:
         attempt this worker no longer held (its lease ran out) is fenced out."""
         if not finished:
             return []
-        clock = self.clock(now)
         now_sql = self.now_sql()
         source, columns, source_params = self.finished_rows_sql(finished)
         sql = (
@@ -229,17 +235,19 @@ class QueueOps:
             f"WHERE {self.table}.id = {columns['id']} "
             f"AND {self.table}.attempts = {columns['attempt']} "
             f"AND {self.unindexed(f'{self.table}.status')} = 'processing' "
-            f"AND {self.table}.locked_by = %s "
+            f"AND {self.table}.locked_by = %(worker_id)s "
             f"RETURNING {self.table}.id"
         )
+        params = {"now": self.clock(now), "worker_id": worker_id, **source_params}
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [clock, clock, *source_params, worker_id])
+            cursor.execute(sql, params)
             return [row[0] for row in cursor.fetchall()]
 
     def finished_rows_sql(
         self, finished: Sequence[Finished]
-    ) -> tuple[str, dict[str, str], list[Any]]:
-        """A FROM item with one row (id, attempt, result) per finished attempt."""
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """A FROM item with one row (id, attempt, result) per finished attempt, its columns,
+        and its parameters."""
         raise NotImplementedError
 
     def insert_one(
@@ -248,17 +256,8 @@ class QueueOps:
         """Insert one job (and wake workers on commit, where the engine can). Returns
         (id, scheduled_at, created_at, uuid)."""
         scheduled = fields.get("scheduled_at")
-        if scheduled is not None:
-            scheduled_params: list[Any] = [
-                self.connection.ops.adapt_datetimefield_value(scheduled)
-            ]
-        else:
-            scheduled_params = [None, delay_seconds or 0]
-        params = [
-            fields["queue"], fields["type"], payload, *scheduled_params, None,
-            fields["priority"], fields["max_attempts"], fields["timeout"], "[]",
-            *scheduled_params, None, None,
-        ]  # fmt: skip
+        params = self.new_job_params(fields, delay_seconds)
+        params["payload"] = payload
         with self.connection.cursor() as cursor:
             cursor.execute(self._insert_one_sql(scheduled is not None), params)
             row = cursor.fetchone()
@@ -270,23 +269,72 @@ class QueueOps:
         key = (type(self), fixed_time, self.now_sql())  # now_sql follows USE_TZ on SQLite
         sql = self._insert_one_cache.get(key)
         if sql is None:
-            now_sql = self.now_sql()
-            scheduled_sql = "%s" if fixed_time else self.later_sql()
+            columns, values = self.new_row_sql(
+                payload_sql=self.json_param_sql("payload"), fixed_time=fixed_time
+            )
             sql = self.with_notify(
-                f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
-                f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, "
-                f"updated_at, locked_by, uuid) VALUES (%s, %s, {self.json_param_sql()}, "
-                f"{self.initial_status_sql(scheduled_sql)}, "
-                f"%s, 0, %s, {self.float_param_sql()}, '', {self.json_param_sql()}, "
-                f"{scheduled_sql}, {now_sql}, {now_sql}, '', {self.uuid_sql()}) "
+                f"INSERT INTO {self.table} ({columns}) VALUES ({values}) "
                 f"RETURNING id, scheduled_at, created_at, uuid"
             )
             self._insert_one_cache[key] = sql
         return sql
 
+    def scheduled_sql(self, fixed_time: bool) -> str:
+        """A new job's ``scheduled_at``: the ``scheduled_at`` parameter (``fixed_time``), else
+        now plus the ``delay`` parameter, by the database's clock."""
+        return "%(scheduled_at)s" if fixed_time else self.later_sql("delay")
+
+    def new_row_sql(self, *, payload_sql: str, fixed_time: bool) -> tuple[str, str]:
+        """(column list, value list) of an INSERT of new jobs, from ``JOB_COLUMNS``."""
+        scheduled_sql = self.scheduled_sql(fixed_time)
+        values = [
+            self.new_value_sql(
+                name, JOB_COLUMNS[name], payload_sql=payload_sql, scheduled_sql=scheduled_sql
+            )
+            for name in INSERT_COLUMNS
+        ]
+        return ", ".join(INSERT_COLUMNS), ", ".join(values)
+
+    def new_value_sql(
+        self, column: str, new: New | str | None, *, payload_sql: str, scheduled_sql: str
+    ) -> str:
+        """SQL for what an INSERT writes in ``column`` of a new job (see ``New``)."""
+        if new is New.FIELD:
+            return f"%({column})s"
+        if new is New.FLOAT_FIELD:
+            return self.float_param_sql(column)
+        if new is New.PAYLOAD:
+            return payload_sql
+        if new is New.INITIAL_STATUS:
+            return self.initial_status_sql(scheduled_sql)
+        if new is New.SCHEDULED_AT:
+            return scheduled_sql
+        if new is New.NOW:
+            return self.now_sql()
+        if new is New.UUID:
+            return self.uuid_sql()
+        if new is New.EMPTY_JSON_LIST:
+            return self.empty_json_list_sql()
+        if isinstance(new, str):
+            return new
+        raise ValueError(f"{column}: not written by an INSERT")
+
+    def new_job_params(
+        self, fields: dict[str, Any], delay_seconds: float | None
+    ) -> dict[str, Any]:
+        """The parameters of an INSERT of new jobs with ``fields``, but their payloads."""
+        params = {name: fields[name] for name in FIELD_COLUMNS}
+        scheduled = fields.get("scheduled_at")
+        if scheduled is not None:
+            scheduled = self.connection.ops.adapt_datetimefield_value(scheduled)
+        params["scheduled_at"] = scheduled
+        params["delay"] = delay_seconds or 0
+        params["now"] = None  # the database's clock: web hosts with skewed clocks agree
+        return params
+
     def initial_status_sql(self, scheduled_sql: str) -> str:
-        """A new job's status: ``scheduled`` when ``scheduled_sql`` (its parameters, then the
-        clock's) is later than now, else ``pending``."""
+        """A new job's status: ``scheduled`` when ``scheduled_sql`` is later than now, else
+        ``pending``."""
         return f"CASE WHEN {scheduled_sql} > {self.now_sql()} THEN 'scheduled' ELSE 'pending' END"
 
     def with_notify(self, insert_sql: str) -> str:
@@ -307,30 +355,32 @@ class QueueOps:
         """Record a failed attempt: ``scheduled`` again ``retry_in`` seconds ahead (``pending``
         for no wait) while attempts remain (``retry_in=None``: no retry), else failed. Returns
         the new status, or None if this worker no longer held the job (fenced)."""
-        clock = self.clock(now)
-        now_sql, later_sql = self.now_sql(), self.later_sql()
-        retry = retry_in is not None
-        final = "(attempts >= max_attempts OR %s)"
+        now_sql = self.now_sql()
+        final = "(attempts >= max_attempts OR %(no_retry)s)"
         sql = (
             f"UPDATE {self.table} SET "
             f"status = CASE WHEN {final} THEN 'failed' "
-            f"WHEN {self.float_param_sql()} > 0 THEN 'scheduled' ELSE 'pending' END, "
-            f"scheduled_at = CASE WHEN {final} THEN scheduled_at ELSE {later_sql} END, "
+            f"WHEN {self.float_param_sql('retry_in')} > 0 THEN 'scheduled' ELSE 'pending' END, "
+            f"scheduled_at = CASE WHEN {final} THEN scheduled_at "
+            f"ELSE {self.later_sql('retry_in')} END, "
             f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
             f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
-            f"last_error = %s, errors = {self.append_error_sql()}, "
+            f"last_error = %(error)s, errors = {self.append_error_sql('error_entry')}, "
             f"lease_expires_at = NULL, updated_at = {now_sql} "
-            f"WHERE id = %s AND status = 'processing' AND locked_by = %s AND attempts = %s "
+            f"WHERE id = %(job_id)s AND status = 'processing' AND locked_by = %(worker_id)s "
+            f"AND attempts = %(attempt)s "
             f"RETURNING status"
         )
-        params = [
-            not retry, retry_in or 0,
-            not retry, clock, retry_in or 0,
-            not retry, clock,
-            not retry,
-            error, json.dumps(error_entry), clock,
-            job_id, worker_id, attempt,
-        ]  # fmt: skip
+        params = {
+            "no_retry": retry_in is None,
+            "retry_in": retry_in or 0,
+            "now": self.clock(now),
+            "error": error,
+            "error_entry": json.dumps(error_entry),
+            "job_id": job_id,
+            "worker_id": worker_id,
+            "attempt": attempt,
+        }
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -342,31 +392,30 @@ class QueueOps:
         """Give back claimed-but-unstarted jobs: pending again, the attempt not counted."""
         if not job_ids:
             return 0
-        in_sql, in_params = self.in_list_sql("id", list(job_ids))
+        in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
         sql = (
             f"UPDATE {self.table} SET status = 'pending', attempts = attempts - 1, "
             f"locked_by = '', locked_at = NULL, started_at = NULL, lease_expires_at = NULL, "
             f"updated_at = {self.now_sql()} "
-            f"WHERE {in_sql} AND status = 'processing' AND locked_by = %s"
+            f"WHERE {in_sql} AND status = 'processing' AND locked_by = %(worker_id)s"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [self.clock(now), *in_params, worker_id])
+            cursor.execute(sql, {"now": self.clock(now), "worker_id": worker_id, **in_params})
             return int(cursor.rowcount)
 
     def promote(self, *, limit: int = 1000, now: datetime | None = None) -> int:
         """Move up to ``limit`` scheduled jobs whose time has come to pending (oldest first),
         where the claim finds them. Reads the scheduled jobs' own index: nothing when none is
         due. Returns how many were moved."""
-        clock = self.clock(now)
         now_sql = self.now_sql()
         sql = self.with_promote_notify(
             f"UPDATE {self.table} SET status = 'pending', updated_at = {now_sql} "
             f"WHERE id IN (SELECT id FROM {self.table} WHERE status = 'scheduled' "
-            f"AND scheduled_at <= {now_sql} ORDER BY scheduled_at LIMIT %s"
+            f"AND scheduled_at <= {now_sql} ORDER BY scheduled_at LIMIT %(limit)s"
             f"{self.skip_locked()}) AND {self.unindexed('status')} = 'scheduled' RETURNING queue"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [clock, clock, limit])
+            cursor.execute(sql, {"now": self.clock(now), "limit": limit})
             return len(cursor.fetchall())
 
     def with_promote_notify(self, update_sql: str) -> str:
@@ -381,7 +430,7 @@ class QueueOps:
             f"FROM {self.table} WHERE status = 'scheduled'"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [self.clock(now)])
+            cursor.execute(sql, {"now": self.clock(now)})
             row = cursor.fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
@@ -392,7 +441,6 @@ class QueueOps:
     def reap(self, *, now: datetime | None = None) -> list[tuple[int, str, str, int]]:
         """Return jobs whose lease ran out to pending (or failed once their attempts are
         spent). Returns (id, type, new status, attempts) for each."""
-        clock = self.clock(now)
         now_sql = self.now_sql()
         spent = "attempts >= max_attempts"
         message = (
@@ -413,7 +461,7 @@ class QueueOps:
             f"RETURNING id, type, status, attempts"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [clock, clock, clock])
+            cursor.execute(sql, {"now": self.clock(now)})
             return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
 
     def lease_error_sql(self) -> str:
@@ -421,7 +469,7 @@ class QueueOps:
 
     def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
         """(FROM clause, payload expression, order expression, parameter) that expand one
-        parameter holding every payload into one row per payload, in order."""
+        parameter, ``payloads``, holding every payload into one row per payload, in order."""
         raise NotImplementedError
 
     def insert_many(
@@ -437,33 +485,17 @@ class QueueOps:
         by the database clock. Returns (id, scheduled_at, created_at, uuid) in payload order.
         """
         source, payload_sql, order_sql, payloads_param = self.payloads_sql(payloads)
-        now_sql, later_sql = self.now_sql(), self.later_sql()
-        scheduled = fields.get("scheduled_at")
-        if scheduled is not None:
-            scheduled_sql = "%s"
-            scheduled_params: list[Any] = [
-                self.connection.ops.adapt_datetimefield_value(scheduled)
-            ]
-        else:
-            scheduled_sql = later_sql
-            scheduled_params = [None, delay_seconds or 0]
+        columns, values = self.new_row_sql(
+            payload_sql=payload_sql, fixed_time=fields.get("scheduled_at") is not None
+        )
         sql = (
-            f"INSERT INTO {self.table} (queue, type, payload, status, priority, attempts, "
-            f"max_attempts, timeout, last_error, errors, scheduled_at, created_at, updated_at, "
-            f"locked_by, uuid) "
-            f"SELECT %s, %s, {payload_sql}, {self.initial_status_sql(scheduled_sql)}, %s, 0, %s, "
-            f"{self.float_param_sql()}, '', "
-            f"{self.json_param_sql()}, {scheduled_sql}, {now_sql}, {now_sql}, '', "
-            f"{self.uuid_sql()} "
+            f"INSERT INTO {self.table} ({columns}) SELECT {values} "
             f"FROM {source} ORDER BY {order_sql} "
             f"RETURNING id, {self.raw_datetime('scheduled_at')}, "
             f"{self.raw_datetime('created_at')}, uuid"
         )
-        params = [
-            fields["queue"], fields["type"], *scheduled_params, None, fields["priority"],
-            fields["max_attempts"], fields["timeout"], "[]", *scheduled_params, None, None,
-            payloads_param,
-        ]  # fmt: skip
+        params = self.new_job_params(fields, delay_seconds)
+        params["payloads"] = payloads_param
         with self.connection.cursor() as cursor:
             cursor.execute(self.with_notify(sql), params)
             rows = cursor.fetchall()
@@ -501,16 +533,20 @@ class QueueOps:
         """Renew the leases this worker holds, in one statement: all of them, or only those
         of ``job_ids`` (the jobs the worker knows it is running or about to run)."""
         sql = (
-            f"UPDATE {self.table} SET lease_expires_at = {self.later_sql()} "
-            f"WHERE status = 'processing' AND locked_by = %s"
+            f"UPDATE {self.table} SET lease_expires_at = {self.later_sql('lease')} "
+            f"WHERE status = 'processing' AND locked_by = %(worker_id)s"
         )
-        params: list[Any] = [self.clock(now), lease_seconds, worker_id]
+        params: dict[str, Any] = {
+            "now": self.clock(now),
+            "lease": lease_seconds,
+            "worker_id": worker_id,
+        }
         if job_ids is not None:
             if not job_ids:
                 return 0
-            in_sql, in_params = self.in_list_sql("id", list(job_ids))
+            in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
             sql += f" AND {in_sql}"
-            params += in_params
+            params.update(in_params)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return int(cursor.rowcount)

@@ -97,11 +97,13 @@ def _listen_forever(
             stop.wait(delay)
 
 
-_NOW = "COALESCE(%s::timestamptz, statement_timestamp())"
-_LATER = (
-    "(COALESCE(%s::timestamptz, statement_timestamp()) "
-    "+ make_interval(secs => %s::double precision))"
-)
+_NOW = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
+
+
+def _later(seconds: str) -> str:
+    return f"({_NOW} + make_interval(secs => %({seconds})s::double precision))"
+
+
 # The last MAX_ERROR_ENTRIES entries (lax mode: fewer when there are fewer).
 _KEEP_LAST = f"'$[last - {MAX_ERROR_ENTRIES - 1} to last]'"
 _LEASE_ERROR = (
@@ -125,36 +127,42 @@ class PostgreSQLOps(QueueOps):
     def now_sql(self) -> str:
         return _NOW
 
-    def later_sql(self) -> str:
-        return _LATER
+    def later_sql(self, seconds: str) -> str:
+        return _later(seconds)
 
-    def append_error_sql(self) -> str:
+    def append_error_sql(self, entry: str) -> str:
         return (
             "jsonb_path_query_array("
-            f"COALESCE(errors, '[]'::jsonb) || jsonb_build_array(%s::jsonb), {_KEEP_LAST})"
+            f"COALESCE(errors, '[]'::jsonb) || jsonb_build_array(%({entry})s::jsonb), "
+            f"{_KEEP_LAST})"
         )
 
     def lease_error_sql(self) -> str:
         return _LEASE_ERROR
 
-    def json_param_sql(self) -> str:
-        return "%s::jsonb"
+    def json_param_sql(self, name: str) -> str:
+        return f"%({name})s::jsonb"
 
-    def float_param_sql(self) -> str:
-        return "%s::double precision"
+    def float_param_sql(self, name: str) -> str:
+        return f"%({name})s::double precision"
+
+    def empty_json_list_sql(self) -> str:
+        return "'[]'::jsonb"
 
     def skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED"
 
-    def in_list_sql(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    def in_list_sql(
+        self, column: str, values: Sequence[Any], name: str
+    ) -> tuple[str, dict[str, Any]]:
         if len(values) == 1:
             # Plain equality lets the planner read the claim index in order (no sort).
-            return f"{column} = %s", [values[0]]
-        return f"{column} = ANY(%s)", [list(values)]
+            return f"{column} = %({name})s", {name: values[0]}
+        return f"{column} = ANY(%({name})s)", {name: list(values)}
 
     def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
         return (
-            "jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(value, n)",
+            "jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(value, n)",
             "p.value",
             "p.n",
             "[" + ",".join(payloads) + "]",
@@ -162,17 +170,22 @@ class PostgreSQLOps(QueueOps):
 
     def finished_rows_sql(
         self, finished: Sequence[Finished]
-    ) -> tuple[str, dict[str, str], list[Any]]:
-        source = "unnest(%s::bigint[], %s::integer[], %s::jsonb[]) AS done(id, attempt, result)"
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        source = (
+            "unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[], "
+            "%(done_results)s::jsonb[]) AS done(id, attempt, result)"
+        )
         columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
         return (
             source,
             columns,
-            [
-                [f.id for f in finished],
-                [f.attempt for f in finished],
-                [None if f.result is None else json.dumps(f.result) for f in finished],
-            ],
+            {
+                "done_ids": [f.id for f in finished],
+                "done_attempts": [f.attempt for f in finished],
+                "done_results": [
+                    None if f.result is None else json.dumps(f.result) for f in finished
+                ],
+            },
         )
 
     def with_notify(self, insert_sql: str) -> str:
@@ -253,28 +266,26 @@ class PostgreSQLOps(QueueOps):
             for queue in sorted(set(queues)):
                 cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
 
-    def claim_ids_sql(
-        self, queues: Sequence[str], *, limit: int, clock: Any
-    ) -> tuple[str, list[Any]]:
+    def claim_ids_sql(self, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
         # One index scan per queue (LATERAL), each in the claim index's order and skipping
         # rows other workers hold; the nested loop reads the queues in the array's order
         # and stops once ``limit`` rows are locked, so later queues are not even read. One
         # queue needs no loop (and plans about 0.1 ms quicker without it).
         if len(queues) == 1:
             sql = (
-                f"SELECT id FROM {self.table} WHERE status = 'pending' AND queue = %s "
+                f"SELECT id FROM {self.table} WHERE status = 'pending' AND queue = %(queue)s "
                 f"AND scheduled_at <= {_NOW} "
-                f"ORDER BY priority DESC, scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
+                f"ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
             )
-            return sql, [queues[0], clock, limit]
+            return sql, {"queue": queues[0]}
         sql = (
-            f"SELECT picked.id FROM unnest(%s::text[]) WITH ORDINALITY AS q(name, n) "
+            f"SELECT picked.id FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, n) "
             f"CROSS JOIN LATERAL (SELECT id FROM {self.table} WHERE status = 'pending' "
             f"AND queue = q.name AND scheduled_at <= {_NOW} "
-            f"ORDER BY priority DESC, scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
-            f"AS picked LIMIT %s"
+            f"ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
+            f"AS picked LIMIT %(limit)s"
         )
-        return sql, [list(queues), clock, limit, limit]
+        return sql, {"queues": list(queues)}
 
 
 def server_identity(connection: Any) -> tuple[str, str]:

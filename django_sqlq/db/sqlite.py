@@ -12,23 +12,26 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps
 
 # At most this many queues are read by one claim: SQLite refuses a compound SELECT of more
-# than 500 arms (SQLITE_MAX_COMPOUND_SELECT), and each arm takes 3 of the 999 parameters
-# older SQLite allows. The queues take turns leading the claims, so with more queues than
+# than 500 arms (SQLITE_MAX_COMPOUND_SELECT); each arm adds one parameter (its queue) to the
+# 999 older SQLite allows. The queues take turns leading the claims, so with more queues than
 # this (a worker serving every queue of a site with a queue per tenant), each claim reads
 # the next MAX_CLAIM_QUEUES of the rotation and every queue still leads one claim a round.
 MAX_CLAIM_QUEUES = 300
 
-# %% because Django's SQLite cursor turns %s into ? and %% into %.
-_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'))"
-_LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, 'now'), printf('%%+.6f seconds', %s))"
+# %% because Django's SQLite cursor turns %(name)s into :name and %% into %.
+_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%(now)s, 'now'))"
+_LATER = (
+    "strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%(now)s, 'now'), "
+    "printf('%%+.6f seconds', %({seconds})s))"
+)
 # With USE_TZ = False, Django stores naive local times (TIME_ZONE, which Django also makes the
 # process's time zone): SQLite's 'now' is UTC, so the clock is read as local time too, or a
 # naive run_at an hour ahead would be hours in the past (or the future) by the claim's clock.
 _LOCAL_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', 'localtime')"
-_NOW_LOCAL = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, {_LOCAL_NOW}))"
+_NOW_LOCAL = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%(now)s, {_LOCAL_NOW}))"
 _LATER_LOCAL = (
-    f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%s, {_LOCAL_NOW}), "
-    "printf('%%+.6f seconds', %s))"
+    f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', COALESCE(%(now)s, {_LOCAL_NOW}), "
+    "printf('%%+.6f seconds', %({seconds})s))"
 )
 
 
@@ -122,11 +125,12 @@ class SQLiteOps(QueueOps):
     def now_sql(self) -> str:
         return _NOW_LOCAL if _local_time() else _NOW
 
-    def later_sql(self) -> str:
-        return _LATER_LOCAL if _local_time() else _LATER
+    def later_sql(self, seconds: str) -> str:
+        # The templates leave "{seconds}" for the parameter's name.
+        return (_LATER_LOCAL if _local_time() else _LATER).replace("{seconds}", seconds)
 
-    def append_error_sql(self) -> str:
-        return f"json_insert({_ERRORS_ROOM}, '$[#]', json(%s))"
+    def append_error_sql(self, entry: str) -> str:
+        return f"json_insert({_ERRORS_ROOM}, '$[#]', json(%({entry})s))"
 
     def lease_error_sql(self) -> str:
         return _LEASE_ERROR
@@ -139,37 +143,40 @@ class SQLiteOps(QueueOps):
         # the batch's ids lead, through the primary key.
         return f"+{column}"
 
-    def in_list_sql(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        placeholders = ", ".join(["%s"] * len(values))
-        return f"{column} IN ({placeholders})", list(values)
+    def in_list_sql(
+        self, column: str, values: Sequence[Any], name: str
+    ) -> tuple[str, dict[str, Any]]:
+        params = {f"{name}_{index}": value for index, value in enumerate(values)}
+        placeholders = ", ".join(f"%({key})s" for key in params)
+        return f"{column} IN ({placeholders})", params
 
     def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
         # Each element is the payload's JSON text as a JSON string, so that json_each's
         # ``value`` is exactly that text whatever the payload's type.
-        return "json_each(%s)", "value", "key", json.dumps(list(payloads))
+        return "json_each(%(payloads)s)", "value", "key", json.dumps(list(payloads))
 
     def finished_rows_sql(
         self, finished: Sequence[Finished]
-    ) -> tuple[str, dict[str, str], list[Any]]:
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
         if all(f.result is None for f in finished):
             # The common case, no results: {"id": attempt, ...}, whose json_each rows carry
             # both numbers without a second parse (about 15 % quicker than the general form).
             source = (
                 "(SELECT CAST(key AS INTEGER) AS id, value AS attempt, NULL AS result "
-                "FROM json_each(%s)) AS done"
+                "FROM json_each(%(done)s)) AS done"
             )
             columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
-            return source, columns, [json.dumps({f.id: f.attempt for f in finished})]
+            return source, columns, {"done": json.dumps({f.id: f.attempt for f in finished})}
         # One JSON parameter: [[id, attempt, "result as JSON text" or null], ...].
         rows = [
             [f.id, f.attempt, None if f.result is None else json.dumps(f.result)] for f in finished
         ]
         source = (
             "(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempt, "
-            "json_extract(value, '$[2]') AS result FROM json_each(%s)) AS done"
+            "json_extract(value, '$[2]') AS result FROM json_each(%(done)s)) AS done"
         )
         columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
-        return source, columns, [json.dumps(rows)]
+        return source, columns, {"done": json.dumps(rows)}
 
     def change_check_interval(self, poll_interval: float) -> float:
         return min(CHANGE_CHECK_INTERVAL, poll_interval)
@@ -181,22 +188,21 @@ class SQLiteOps(QueueOps):
         with self.connection.wrap_database_errors:
             return self.connection.connection.execute("PRAGMA data_version").fetchone()[0]
 
-    def claim_ids_sql(
-        self, queues: Sequence[str], *, limit: int, clock: Any
-    ) -> tuple[str, list[Any]]:
+    def claim_ids_sql(self, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
         # One index range per queue, each in the claim index's order, glued by UNION ALL:
         # SQLite runs the arms in turn and stops once ``limit`` ids are found. (Naming
         # several queues in one WHERE would sort every runnable row of them.)
-        one = (
-            f"SELECT id FROM {self.table} WHERE status = 'pending' AND queue = %s "
-            f"AND scheduled_at <= {self.now_sql()} "
-            f"ORDER BY priority DESC, scheduled_at, id LIMIT %s"
-        )
+        now_sql = self.now_sql()
+
+        def one(queue: str) -> str:
+            return (
+                f"SELECT id FROM {self.table} WHERE status = 'pending' AND queue = %({queue})s "
+                f"AND scheduled_at <= {now_sql} "
+                f"ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s"
+            )
+
         if len(queues) == 1:
-            return one, [queues[0], clock, limit]
-        queues = queues[:MAX_CLAIM_QUEUES]
-        arms = " UNION ALL ".join([f"SELECT id FROM ({one})"] * len(queues))
-        params: list[Any] = []
-        for queue in queues:
-            params += [queue, clock, limit]
-        return f"{arms} LIMIT %s", [*params, limit]
+            return one("queue"), {"queue": queues[0]}
+        params = {f"queue_{index}": queue for index, queue in enumerate(queues[:MAX_CLAIM_QUEUES])}
+        arms = " UNION ALL ".join(f"SELECT id FROM ({one(name)})" for name in params)
+        return f"{arms} LIMIT %(limit)s", params

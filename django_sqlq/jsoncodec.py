@@ -1,0 +1,61 @@
+"""JSON in and out of the jobs table: the one place that encodes payloads and results (with
+the checks that make a bad value fail in the caller, not in the database) and decodes what
+raw SQL reads back."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django_sqlq.exceptions import PayloadError
+
+__all__ = ["decode_json", "encode_json"]
+
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+_DECODE = json.JSONDecoder().decode
+
+# \u escapes that JSON text may hold but PostgreSQL's jsonb refuses ("unsupported Unicode
+# escape sequence"): NUL, and half a surrogate pair (a whole pair, group 2, is fine). Only
+# an escape after an even number of backslashes is one (``\\u0000`` is the text "\u0000").
+_UNSTORABLE_ESCAPE = re.compile(
+    r"(?<!\\)(?:\\\\)*\\u(0000|(d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2})|d[89a-f][0-9a-f]{2})",
+    re.IGNORECASE,
+)
+
+
+def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) -> str:
+    """``value`` as JSON text, or a PayloadError that says what JSON cannot hold."""
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"The {what} cannot be stored as JSON: {exc}.") from exc
+    except RecursionError as exc:
+        raise PayloadError(
+            f"The {what} cannot be stored as JSON: it is nested too deeply."
+        ) from exc
+    if "\\u" in text:  # ensure_ascii: every non-ASCII character is a \u escape
+        for match in _UNSTORABLE_ESCAPE.finditer(text):
+            if match.group(2) is None:
+                kind = "a NUL character" if match.group(1) == "0000" else "a lone surrogate"
+                raise PayloadError(
+                    f"The {what} cannot be stored as JSON: it holds {kind} (\\u{match.group(1)}), "
+                    "which PostgreSQL's jsonb refuses; django_sqlq refuses it on every engine."
+                )
+    if limit is not None and len(text) * 4 > limit and len(text.encode()) > limit:
+        raise PayloadError(
+            f"The {what} is {len(text.encode())} bytes as JSON, over the limit of {limit} "
+            "bytes (SQLQ['MAX_PAYLOAD_BYTES']). Store large data elsewhere and enqueue a "
+            "reference to it."
+        )
+    return text
+
+
+def decode_json(value: Any) -> Any:
+    """A JSON column read by raw SQL: text on SQLite (and from Django's psycopg set-up),
+    already decoded otherwise."""
+    if isinstance(value, str):
+        return _DECODE(value)
+    if isinstance(value, (bytes, bytearray)):
+        return json.loads(value)
+    return value

@@ -1,0 +1,22 @@
+"""The job statuses: the values of the jobs table's ``status`` column.
+
+Plain strings in a module that imports nothing, so that code which must not import the models
+(the tasks backend, instantiated while apps may still be loading) names them too.
+``django_sqlq.models.JobStatus`` is the model's choices over these same values.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEDULED: Final = "scheduled"
+PENDING: Final = "pending"
+PROCESSING: Final = "processing"
+COMPLETED: Final = "completed"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+
+#: Every status, in the order of a job's life (the model's choices follow it).
+ALL: Final = (SCHEDULED, PENDING, PROCESSING, COMPLETED, FAILED, CANCELLED)
+#: The statuses of a job that will not run again unless an operator retries it.
+FINISHED: Final = (COMPLETED, FAILED, CANCELLED)
