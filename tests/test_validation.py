@@ -13,10 +13,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
+from django.utils import timezone
 
 from django_sqlq import bulk_enqueue, enqueue, handler
+from django_sqlq.api import encode_json
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError, InvalidJobError, UnknownQueueError
+from django_sqlq.exceptions import (
+    ConfigurationError,
+    InvalidJobError,
+    PayloadError,
+    UnknownQueueError,
+)
 from django_sqlq.management.commands.sqlq_worker import (
     interval_seconds,
     positive_float,
@@ -279,3 +286,83 @@ def test_worker_counts_at_and_past_their_bounds():
     for bad in ("0", "1001", "1e9"):
         with pytest.raises(argparse.ArgumentTypeError):
             worker_count(bad)
+
+
+# -- payloads and options at enqueue (moved from the fault suite: they need no fault) --------
+
+MB = 1_000_000
+
+
+def test_a_50_mb_payload_is_refused_under_the_default_limit():
+    blob = {"blob": "x" * (50 * MB)}
+    with pytest.raises(PayloadError, match=r"is 50000011 bytes as JSON, over the limit of"):
+        enqueue("faults.size", blob)
+    with pytest.raises(PayloadError, match=r"payloads\[1\]: .* over the limit"):
+        bulk_enqueue("faults.size", [{"blob": "small"}, blob])
+    assert not Job.objects.exists()
+
+
+def test_a_payload_nested_too_deeply_is_refused():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(PayloadError, match="nested too deeply"):
+        enqueue("tests.echo", deep)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["nul \x00 inside", "half a pair \ud83d", "other half \ude00", "\ude00\ud83d"]
+)
+def test_text_jsonb_cannot_hold_is_refused_on_every_engine(text):
+    with pytest.raises(PayloadError, match="PostgreSQL's jsonb refuses"):
+        enqueue("tests.echo", {"text": text})
+    with pytest.raises(PayloadError, match="PostgreSQL's jsonb refuses"):
+        enqueue("tests.echo", {text: 1})
+    assert not Job.objects.exists()
+
+
+def test_run_at_with_delay_writes_nothing_single_or_bulk():
+    with pytest.raises(InvalidJobError, match="not both"):
+        enqueue("tests.noop", run_at=timezone.now(), delay=5)
+    with pytest.raises(InvalidJobError, match="not both"):
+        bulk_enqueue("tests.noop", [{}, {}], run_at=timezone.now(), delay=timedelta(seconds=5))
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, True, "5"])
+def test_bad_timeouts_are_refused(timeout):
+    with pytest.raises(InvalidJobError, match="timeout"):
+        enqueue("tests.noop", timeout=timeout)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("delay", [-1, math.nan, math.inf, "5", True])
+def test_bad_delays_are_refused(delay):
+    with pytest.raises(InvalidJobError, match="delay"):
+        enqueue("tests.noop", delay=delay)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("queue", [None, 5, ["default"], "", "x" * 10_000])
+def test_queues_that_are_not_known_names_are_refused(queue):
+    with pytest.raises(UnknownQueueError):
+        enqueue("tests.noop", queue=queue)
+    with pytest.raises(UnknownQueueError):
+        bulk_enqueue("tests.noop", [{}], queue=queue)
+    assert not Job.objects.exists()
+
+
+def test_bulk_enqueue_refuses_what_enqueue_refuses():
+    with pytest.raises(InvalidJobError, match="at most 255 characters"):
+        bulk_enqueue("x" * 10_000, [{}, {}])
+    with pytest.raises(InvalidJobError, match="max_attempts"):
+        bulk_enqueue("tests.noop", [{}, {}], max_attempts=-3)
+    with pytest.raises(PayloadError, match=r"payloads\[1\]"):
+        bulk_enqueue("tests.noop", [{}, {"n": "\x00"}])
+    assert not Job.objects.exists()
+
+
+def test_encode_json_names_what_it_refuses():
+    with pytest.raises(PayloadError, match="handler's return value"):
+        encode_json({1, 2}, what="handler's return value")

@@ -1,8 +1,9 @@
-"""``python -m tests.faults.enqueuer FIRST SECONDS PATH [BATCH]``: for SECONDS, enqueue
-faults.record jobs numbered from FIRST as fast as it can: one ``enqueue()`` each, or with
-BATCH > 1, BATCH ``enqueue()`` calls inside one ``transaction.atomic()`` (a caller's
-transaction that writes more than once). Prints ``enqueued COUNT``; exits 1 with the
-traceback on any error."""
+"""``python -m tests.faults.enqueuer FIRST SECONDS PATH [BATCH [THINK]]``: for SECONDS,
+enqueue faults.record jobs numbered from FIRST as fast as it can: one ``enqueue()`` each, or
+with BATCH > 1, BATCH ``enqueue()`` calls inside one ``transaction.atomic()`` (a caller's
+transaction that writes more than once), pausing THINK seconds (default 0) between two
+transactions, as a web process does between requests. Prints ``enqueued COUNT``; exits 1
+with the traceback on any error."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 def main(argv: list[str]) -> int:
     first, seconds, path = int(argv[0]), float(argv[1]), argv[2]
     batch = int(argv[3]) if len(argv) > 3 else 1
+    think = float(argv[4]) if len(argv) > 4 else 0.0
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.faults.settings")
     import django
 
@@ -25,6 +27,8 @@ def main(argv: list[str]) -> int:
     n = first
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        if think:
+            time.sleep(think)
         if batch == 1:
             enqueue("faults.record", {"n": n, "path": path})
             n += 1
