@@ -5,7 +5,6 @@ names here are the ones the management command, the supervisor and the tests imp
 """
 
 from django_sqlq.worker.core import (
-    ForcedStop,
     Worker,
     WorkerError,
     default_worker_id,
@@ -13,6 +12,7 @@ from django_sqlq.worker.core import (
     logger,
     unreachable,
 )
+from django_sqlq.worker.signals import ForcedStop
 
 __all__ = [
     "ForcedStop",

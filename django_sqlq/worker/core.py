@@ -40,7 +40,7 @@ import asgiref
 from django.db import DatabaseError, connections
 from django.utils import timezone, translation
 
-from django_sqlq import _stopsignals, lifecycle, registry, validation
+from django_sqlq import lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import (
@@ -59,6 +59,7 @@ from django_sqlq.exceptions import (
     TransactionLeftOpenError,
 )
 from django_sqlq.models import Job, JobStatus, WorkerProcess
+from django_sqlq.worker.signals import ForcedStop, worker_signals
 
 logger = logging.getLogger("django_sqlq.worker")
 # A line per job (started: DEBUG, finished: INFO). sqlq_worker shows them from -v 2; at the
@@ -97,10 +98,6 @@ TIDY_RETRY = 60.0  # seconds before another try after a failed VACUUM
 
 class WorkerError(SQLQError, RuntimeError):
     """The worker cannot start (for example: the jobs table does not exist)."""
-
-
-class ForcedStop(BaseException):
-    """Raised in the main thread by a second SIGTERM/SIGINT."""
 
 
 def default_worker_id() -> str:
@@ -374,7 +371,7 @@ class Worker:
         for thread in runners:
             thread.start()
         heartbeat.start()
-        signals = _signal_handlers(self) if install_signal_handlers else contextlib.nullcontext()
+        signals = worker_signals(self) if install_signal_handlers else contextlib.nullcontext()
         forced = False
         try:
             with signals:
@@ -1414,21 +1411,3 @@ def _join(thread: threading.Thread) -> None:
     # join() in short slices so that a second signal can interrupt the main thread.
     while thread.is_alive():
         thread.join(timeout=0.1)
-
-
-def _signal_handlers(worker: Worker) -> contextlib.AbstractContextManager[None]:
-    """SIGTERM/SIGINT: the first asks for a graceful stop, the second forces it."""
-
-    def on_stop(signum: int, count: int) -> None:
-        logger.info(
-            "Worker %s received %s: finishing running jobs, then stopping",
-            worker.worker_id,
-            _stopsignals.name(signum),
-        )
-        worker.stop()
-
-    def on_force(signum: int) -> None:
-        worker.forced = True  # before raising: see the finally clause in Worker.run
-        raise ForcedStop()
-
-    return _stopsignals.stop_signals(on_stop, on_force)
