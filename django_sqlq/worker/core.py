@@ -50,7 +50,7 @@ from django_sqlq.db import (
     is_transient,
     ops_for,
 )
-from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
+from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.exceptions import (
     JobInterruptedError,
     JobTimeoutError,
@@ -1087,12 +1087,8 @@ class Worker:
                             now=self.now(),
                             job_ids=held,
                         )
-                    WorkerProcess.objects.using(self.database).filter(
-                        worker_id=self.worker_id
-                    ).update(
-                        last_seen_at=DatabaseNow(),
-                        jobs_done=self.jobs_done,
-                        jobs_failed=self.jobs_failed,
+                    WorkerProcess.objects.using(self.database).heartbeat(
+                        self.worker_id, jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
                     )
                     if time.monotonic() - last_reap >= reap_every:
                         last_reap = time.monotonic()
@@ -1157,26 +1153,18 @@ class Worker:
 
     def _register(self) -> None:
         try:
-            WorkerProcess.objects.using(self.database).update_or_create(
-                worker_id=self.worker_id,
-                defaults={
-                    "hostname": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "queues": list(self.queues) if self.queues is not None else ["*"],
-                    "concurrency": self.concurrency,
-                    "stopped_at": None,
-                },
+            WorkerProcess.objects.using(self.database).register(
+                self.worker_id,
+                queues=list(self.queues) if self.queues is not None else ["*"],
+                concurrency=self.concurrency,
             )
         except DatabaseError as exc:
             logger.warning("Worker %s could not register itself: %s", self.worker_id, exc)
 
     def _unregister(self) -> None:
         try:
-            WorkerProcess.objects.using(self.database).filter(worker_id=self.worker_id).update(
-                stopped_at=DatabaseNow(),
-                last_seen_at=DatabaseNow(),
-                jobs_done=self.jobs_done,
-                jobs_failed=self.jobs_failed,
+            WorkerProcess.objects.using(self.database).deregister(
+                self.worker_id, jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
             )
         except DatabaseError as exc:
             logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)
