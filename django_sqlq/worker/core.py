@@ -19,7 +19,6 @@ is left to its lease), and exits.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import json
@@ -36,7 +35,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-import asgiref
 from django.db import DatabaseError, connections
 from django.utils import timezone, translation
 
@@ -44,8 +42,6 @@ from django_sqlq import lifecycle, registry, validation
 from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import (
-    has_uncommitted_writes,
-    interrupt_statement,
     is_missing_table,
     is_transient,
     ops_for,
@@ -53,12 +49,18 @@ from django_sqlq.db import (
 from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.exceptions import (
     JobInterruptedError,
-    JobTimeoutError,
     PayloadError,
     SQLQError,
-    TransactionLeftOpenError,
 )
 from django_sqlq.models import Job, JobStatus, WorkerProcess
+from django_sqlq.worker.invoke import (
+    check_connections,
+    close_event_loop,
+    context_changed,
+    invoke,
+    thread_state,
+    tidy_connections,
+)
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -846,8 +848,8 @@ class Worker:
 
     def _runner(self) -> None:
         # This thread's wrapper of every database (none is opened here): what the handlers
-        # run in this thread can use, and what _tidy_connections checks after each job.
-        _thread_state.connections = [connections[alias] for alias in connections]
+        # run in this thread can use, and what tidy_connections checks after each job.
+        thread_state.connections = [connections[alias] for alias in connections]
         try:
             while True:
                 job = self._inbox.get()
@@ -884,7 +886,7 @@ class Worker:
                     ):
                         self._wake.set()
         finally:
-            _close_event_loop()
+            close_event_loop()
             connections.close_all()
 
     def _context(self, job: ClaimedJob) -> registry.JobContext:
@@ -1033,10 +1035,10 @@ class Worker:
             # The job's own timeout, else its handler's, read here in the worker (which
             # imported the handler) rather than at enqueue (where it may not be).
             timeout = job.timeout if job.timeout is not None else handler.timeout
-            result = _invoke(handler.func, args, timeout, is_async=handler.is_async)
-            _check_connections()
+            result = invoke(handler.func, args, timeout, is_async=handler.is_async)
+            check_connections()
         except BaseException as exc:
-            _tidy_connections()
+            tidy_connections()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
         finally:
             # A language or time zone a handler activated (translation.activate(user's
@@ -1045,7 +1047,7 @@ class Worker:
             # Both live in context variables (asgiref's Local): reset them when the handler
             # changed any. (Resetting unconditionally cost ~10 us a job, a fifth of a no-op
             # job's time.)
-            if _context_changed(context_before):
+            if context_changed(context_before):
                 translation.deactivate()
                 timezone.deactivate()
         # The same checks as a payload's, size limit included: a result the database would
@@ -1188,211 +1190,9 @@ def _spent(job: ClaimedJob) -> lifecycle.ErrorInfo:
     )
 
 
-_thread_state = threading.local()
-
-
-def _context_changed(before: contextvars.Context) -> bool:
-    """Whether this thread's context variables differ from ``before`` (a copy_context()
-    taken earlier): whether the handler that ran in between activated a language or a time
-    zone (asgiref's Local keeps them in a context variable) or set any other. The comparison
-    is the C one of two contexts: values the same objects compare equal at once. asgiref
-    before 3.9 changes its Local's dict in place, which no comparison sees: there, always."""
-    if not _LOCALS_COPY_ON_WRITE:
-        return True
-    try:
-        return contextvars.copy_context() != before
-    except Exception:  # a changed value whose __eq__ raised
-        return True
-
-
-def _asgiref_copies_on_write() -> bool:
-    try:
-        major, minor = (int(part) for part in asgiref.__version__.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (3, 9)
-
-
-_LOCALS_COPY_ON_WRITE = _asgiref_copies_on_write()
-
-
-def _event_loop() -> asyncio.AbstractEventLoop:
-    """This runner thread's event loop, made once and reused for every async handler."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_thread_state, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _thread_state.loop = loop
-    return loop
-
-
-def _close_event_loop() -> None:
-    loop: asyncio.AbstractEventLoop | None = getattr(_thread_state, "loop", None)
-    if loop is not None and not loop.is_closed():
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-
-def _invoke(
-    func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, *, is_async: bool
-) -> Any:
-    if is_async:
-        if timeout is None:
-            loop = _event_loop()
-            try:
-                return loop.run_until_complete(func(*args))
-            finally:
-                _cancel_leftover_tasks(loop)
-        # asyncio.wait_for alone cannot stop a coroutine that blocks its loop (time.sleep,
-        # a synchronous client): it never yields. So a timed coroutine runs on a loop of its
-        # own in a helper thread, abandoned at the timeout like a timed sync handler.
-        return _call_with_timeout(_run_timed_coroutine, (func, args, timeout), timeout)
-    if timeout is None:
-        return func(*args)
-    return _call_with_timeout(func, args, timeout)
-
-
-LEFTOVER_TASKS_GRACE = 1.0
-
-
-def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks a job left on its thread's loop, as ``asyncio.run`` does when its
-    coroutine returns: without it, a task a handler started and never awaited (a periodic
-    flusher, a fire-and-forget call) ran on during every later async job of the thread,
-    one more per job. A task that ignores its cancellation is given
-    ``LEFTOVER_TASKS_GRACE`` seconds, then left to the loop."""
-    tasks = asyncio.all_tasks(loop)
-    if not tasks:
-        return
-    for task in tasks:
-        task.cancel()
-    with contextlib.suppress(Exception):
-        done, _ = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_TASKS_GRACE))
-        for task in done:  # retrieved: no "exception was never retrieved" at collection
-            if not task.cancelled():
-                task.exception()
-
-
-def _run_timed_coroutine(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
-    """Run the async handler ``func`` on a new event loop, cancelled at ``timeout`` if it
-    yields to the loop by then (its ``finally`` blocks run)."""
-
-    async def timed() -> Any:
-        return await asyncio.wait_for(func(*args), timeout)
-
-    try:
-        return asyncio.run(timed())
-    except TimeoutError as exc:
-        raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
-
-
-def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
-    """Run ``func`` in a helper thread and give up waiting after ``timeout`` seconds.
-
-    A thread cannot be killed: the abandoned call runs on, but its job is already failed
-    (or retried), and nothing it returns is recorded.
-    """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        box["connections"] = [connections[alias] for alias in connections]  # this thread's
-        try:
-            box["result"] = func(*args)
-            _check_connections()  # in this thread: the handler's connections are its own
-        except BaseException as exc:
-            _tidy_connections()
-            box["error"] = exc
-        finally:
-            connections.close_all()
-            done.set()
-
-    thread = threading.Thread(target=target, name="sqlq-timed-job", daemon=True)
-    thread.start()
-    if not done.wait(timeout):
-        _interrupt_queries(box.get("connections", ()))
-        raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s and was abandoned")
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
-
-
-def _interrupt_queries(wrappers: Iterable[Any]) -> None:
-    """Stop the statement an abandoned call is waiting on, if it waits in a database (the
-    usual way a job hangs: a lock wait, a slow query). Without it the call kept its
-    connection, its transaction and its locks for as long as the statement ran: one more
-    PostgreSQL backend per timed-out attempt. Best effort: a call between statements runs on."""
-    for wrapper in wrappers:
-        interrupt_statement(wrapper)
-
-
 def _reset_connection(alias: str) -> None:
     with contextlib.suppress(Exception):
         connections[alias].close()
-
-
-def _tidy_connections() -> list[str]:
-    """After a handler returned or raised, in the thread that ran it, do what Django does
-    after each request: leave no transaction open. A connection the handler left inside an
-    atomic block, or with autocommit off, is closed (the database rolls back what it had
-    not committed, and on SQLite releases the write lock); a broken one is dropped.
-
-    Returns a description of each connection whose uncommitted writes were lost that way:
-    the attempt cannot count as a success (see TransactionLeftOpenError).
-    """
-    lost: list[str] = []
-    # The runner threads list their connection wrappers once (_runner): reading them back
-    # from Django's per-thread storage costs more than the rest of this check, per job.
-    known: list[Any] | None = getattr(_thread_state, "connections", None)
-    for connection in known if known is not None else connections.all(initialized_only=True):
-        if connection.connection is None:
-            continue  # never opened, or closed by the handler: the next use reconnects
-        try:
-            if connection.in_atomic_block or not connection.autocommit:
-                what = (
-                    "an atomic block it did not exit"
-                    if connection.in_atomic_block
-                    else "autocommit turned off"
-                )
-                if has_uncommitted_writes(connection):
-                    lost.append(f"{connection.alias!r} ({what})")
-                else:
-                    logger.warning(
-                        "A handler left a transaction open on database %r (%s) without "
-                        "writes; it was rolled back",
-                        connection.alias,
-                        what,
-                    )
-                _discard(connection)
-            elif connection.errors_occurred and not connection.is_usable():
-                connection.close()
-        except Exception:
-            _discard(connection)
-    return lost
-
-
-def _discard(connection: Any) -> None:
-    """Close ``connection`` whatever state the handler left it in; the next use opens a
-    fresh one (connect() resets autocommit and the atomic state)."""
-    connection.in_atomic_block = False
-    connection.savepoint_ids = []
-    connection.atomic_blocks = []
-    connection.needs_rollback = False
-    connection.closed_in_transaction = False
-    with contextlib.suppress(Exception):
-        connection.close()
-    connection.connection = None
-
-
-def _check_connections() -> None:
-    """_tidy_connections, raising TransactionLeftOpenError if uncommitted writes were lost."""
-    lost = _tidy_connections()
-    if lost:
-        raise TransactionLeftOpenError(
-            f"The handler returned with a transaction open on database {', '.join(lost)}; "
-            "its uncommitted writes were rolled back, so this attempt failed. Commit them "
-            "(use `with transaction.atomic():`, and turn autocommit back on after "
-            "set_autocommit(False))."
-        )
 
 
 def _join(thread: threading.Thread) -> None:
