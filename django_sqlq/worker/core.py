@@ -31,9 +31,9 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError, connections
 from django.utils import timezone, translation
@@ -61,6 +61,9 @@ from django_sqlq.worker.invoke import (
     thread_state,
     tidy_connections,
 )
+from django_sqlq.worker.maintenance import Heartbeat, HeldJobs, Reaper, Service, Tidier
+from django_sqlq.worker.maintenance.service import join
+from django_sqlq.worker.retry import back_off, reset_connection, with_retry
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -68,7 +71,6 @@ logger = logging.getLogger("django_sqlq.worker")
 # default verbosity a summary line every SUMMARY_INTERVAL seconds stands in for them.
 job_logger = logging.getLogger("django_sqlq.worker.jobs")
 
-T = TypeVar("T")
 Clock = Callable[[], datetime]
 
 _STOP = object()  # tells a runner thread to exit
@@ -90,12 +92,6 @@ PREFETCH_COOLDOWN = 5.0
 SUMMARY_INTERVAL = 5.0
 # Scheduled jobs moved to pending per statement, oldest first, when their time has come.
 PROMOTE_BATCH = 1000
-# PostgreSQL: VACUUM the jobs table (QueueOps.tidy) once this worker has claimed this many
-# jobs since the last time, in a thread of its own, and then no sooner than TIDY_SPACING
-# times the last VACUUM's duration (a bound on its share of the time on a big table).
-TIDY_EVERY = 5_000
-TIDY_SPACING = 1.0
-TIDY_RETRY = 60.0  # seconds before another try after a failed VACUUM
 
 
 class WorkerError(SQLQError, RuntimeError):
@@ -301,18 +297,12 @@ class Worker:
         self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
 
         self.stop_event = threading.Event()
-        self._finished = threading.Event()  # every runner is done: the heartbeat stops
-        self._wake = threading.Event()
+        self.wakeup = threading.Event()
         self._inbox = _Inbox()
         self._busy = 0  # claimed and not yet finished (queued or running)
         self._busy_lock = threading.Lock()
         self._running: dict[int, ClaimedJob] = {}
-        # Ids of the jobs this worker holds: claimed, and their outcome not yet written (or
-        # given up on). The heartbeat renews these leases and no others, so a job the worker
-        # lost track of (a claim whose reply never arrived, an outcome that could not be
-        # written) is not kept alive forever: its lease runs out and the reaper frees it.
-        self._held: set[int] = set()
-        self._held_lock = threading.Lock()
+        self.held = HeldJobs()
         self._done: list[_Done] = []  # completed attempts not yet written
         self._done_since = 0.0
         self._done_lock = threading.Lock()
@@ -332,11 +322,12 @@ class Worker:
         # retry in backoff is a scheduled job the database read may not have seen.
         self._retry_due_at = math.inf
         self._due_lock = threading.Lock()
-        self._since_tidy = 0  # jobs claimed since the last tidy (see _maybe_tidy)
-        self._tidy_after = 0.0
-        self._tidy_off = not ops_for(self.database).needs_tidy
-        self._tidy_thread: threading.Thread | None = None
         self.forced = False
+        self.tidier = Tidier(self)
+        self.reaper = Reaper(self)
+        self.heartbeat = Heartbeat(self)
+        # Maintenance started with the runners, stopped once they are done.
+        self.services: list[Service] = [self.heartbeat]
 
     # -- public ------------------------------------------------------------------------
 
@@ -347,10 +338,10 @@ class Worker:
     def stop(self) -> None:
         """Ask the worker to stop gracefully (what SIGTERM does). Safe from any thread."""
         self.stop_event.set()
-        self._wake.set()
+        self.wakeup.set()
 
     def wake(self) -> None:
-        self._wake.set()
+        self.wakeup.set()
 
     def run(self, *, burst: bool = False, install_signal_handlers: bool = True) -> int:
         """Work until stopped; with ``burst``, until no runnable job is left. Returns the
@@ -369,16 +360,16 @@ class Worker:
             threading.Thread(target=self._runner, name=f"sqlq-runner-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
-        heartbeat = threading.Thread(target=self._heartbeat, name="sqlq-heartbeat", daemon=True)
         for thread in runners:
             thread.start()
-        heartbeat.start()
+        for service in self.services:
+            service.start()
         signals = worker_signals(self) if install_signal_handlers else contextlib.nullcontext()
         forced = False
         try:
             with signals:
                 try:
-                    self._reap()
+                    self.reaper.reap()
                     self._summary_at = time.monotonic()
                     if self.on_ready is not None:
                         self.on_ready(self)  # sqlq_worker prints the ready line itself
@@ -396,10 +387,9 @@ class Worker:
                         for _ in runners:
                             self._inbox.put(_STOP)
                         for thread in runners:
-                            _join(thread)
+                            join(thread)
                         self._flush(force=True)
-                        if self._tidy_thread is not None:
-                            _join(self._tidy_thread)
+                        self.tidier.join()
         except ForcedStop:
             forced = True
             self.forced = True  # from here on, database writes are tried once, not retried
@@ -410,9 +400,11 @@ class Worker:
                 logger.exception("Worker %s could not record finished jobs", self.worker_id)
         finally:
             self.stop_event.set()
-            self._finished.set()
+            for service in self.services:
+                service.stop()
             if not forced:
-                heartbeat.join(timeout=5)
+                for service in self.services:
+                    service.join(timeout=5)
             else:
                 # Out of the except clause: the tasks framework's task_finished logging
                 # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
@@ -512,11 +504,11 @@ class Worker:
                 last_claim = time.monotonic()
                 queue_may_have_more = len(claimed) == limit
                 if claimed:
-                    self._hold(job.id for job in claimed)
+                    self.held.add(job.id for job in claimed)
                     with self._busy_lock:
                         self._busy += len(claimed)
                     self.jobs_claimed += len(claimed)
-                    self._maybe_tidy(len(claimed))
+                    self.tidier.claimed(len(claimed))
                     self._inbox.put_many(claimed)
                     self._flush(force=False)
                     continue
@@ -527,8 +519,8 @@ class Worker:
             self._summarise()
             if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
                 return
-            self._wake.wait(self._wait_time(last_claim, changes))
-            self._wake.clear()
+            self.wakeup.wait(self._wait_time(last_claim, changes))
+            self.wakeup.clear()
 
     def _stage(self, *, recheck: bool) -> None:
         """Move the scheduled jobs whose time has come to pending, before a claim. Cheap
@@ -560,40 +552,6 @@ class Worker:
         with self._due_lock:
             self._retry_due_at = min(self._retry_due_at, at)
             self._due_at = min(self._due_at, at)
-
-    def _maybe_tidy(self, claimed: int) -> None:
-        """Start a tidy (PostgreSQL: VACUUM the jobs table) after TIDY_EVERY claims, unless
-        one is running or the last one ended too recently."""
-        self._since_tidy += claimed
-        if self._tidy_off or self._since_tidy < TIDY_EVERY:
-            return
-        if time.monotonic() < self._tidy_after:
-            return
-        if self._tidy_thread is not None and self._tidy_thread.is_alive():
-            return
-        self._since_tidy = 0
-        self._tidy_thread = threading.Thread(target=self._tidy, name="sqlq-tidy", daemon=True)
-        self._tidy_thread.start()
-
-    def _tidy(self) -> None:
-        started = time.monotonic()
-        try:
-            ran = ops_for(self.database).tidy()
-        except DatabaseError as exc:
-            self._tidy_after = time.monotonic() + TIDY_RETRY
-            logger.warning(
-                "Worker %s: VACUUM of the jobs table failed (%s); trying again in %.0fs.",
-                self.worker_id,
-                exc,
-                TIDY_RETRY,
-            )
-            return
-        finally:
-            connections[self.database].close()
-        elapsed = time.monotonic() - started
-        self._tidy_after = time.monotonic() + elapsed * TIDY_SPACING
-        if ran:
-            logger.debug("Worker %s: vacuumed the jobs table in %.3fs", self.worker_id, elapsed)
 
     def _claim_limit(self) -> int:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast
@@ -634,7 +592,8 @@ class Worker:
         self._no_prefetch_until = time.monotonic() + PREFETCH_COOLDOWN
         ids = [job.id for job in stale]
         try:
-            self._with_retry(
+            with_retry(
+                self,
                 "release",
                 lambda: lifecycle.release(
                     self.database, ids, worker_id=self.worker_id, now=self.now()
@@ -646,7 +605,7 @@ class Worker:
             logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
             self._inbox.put_many(stale)
             return
-        self._unhold(ids)
+        self.held.discard(ids)
         with self._busy_lock:
             self._busy -= len(stale)
         self.jobs_claimed -= len(stale)
@@ -742,7 +701,7 @@ class Worker:
                     batch[0].job.id,
                 )
             return
-        self._unhold(item.job.id for item in batch)
+        self.held.discard(item.job.id for item in batch)
         log = job_logger.isEnabledFor(logging.INFO)
         for item in batch:
             job = item.job
@@ -764,7 +723,8 @@ class Worker:
                 )
 
     def _complete(self, batch: list[_Done]) -> list[int]:
-        return self._with_retry(
+        return with_retry(
+            self,
             "complete",
             lambda: lifecycle.complete(
                 self.database,
@@ -774,48 +734,13 @@ class Worker:
             ),
         )
 
-    def _hold(self, ids: Iterable[int]) -> None:
-        with self._held_lock:
-            self._held.update(ids)
-
-    def _unhold(self, ids: Iterable[int]) -> None:
-        with self._held_lock:
-            self._held.difference_update(ids)
-
     def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
         """Log a database error, drop the connection if it is broken, and back off."""
         if not is_transient(exc) and is_missing_table(exc):
             raise WorkerError(
                 "The jobs table does not exist: run `python manage.py migrate` first."
             ) from exc
-        self.stop_event.wait(self._back_off(what, exc, failures))
-
-    def _back_off(self, what: str, exc: DatabaseError, failures: int) -> float:
-        """Log a transient database error, drop the connection; returns seconds to wait."""
-        delay = min(5.0, 0.05 * 2.0**failures)
-        logger.warning(
-            "Worker %s: database error during %s (%s: %s); retrying in %.2fs",
-            self.worker_id,
-            what,
-            type(exc).__name__,
-            exc,
-            delay,
-        )
-        _reset_connection(self.database)
-        return delay
-
-    def _with_retry(self, what: str, func: Callable[[], T]) -> T:
-        """Run a database write until it succeeds: a lost connection or a lock never turns
-        a job's outcome into a different one. Gives up only on a non-transient error."""
-        failures = 0
-        while True:
-            try:
-                return func()
-            except DatabaseError as exc:
-                if not is_transient(exc) or self.forced:
-                    raise
-                failures += 1
-                time.sleep(self._back_off(what, exc, failures))
+        self.stop_event.wait(back_off(self, what, exc, failures))
 
     def _release_unstarted(self) -> None:
         unstarted: list[ClaimedJob] = []
@@ -830,7 +755,8 @@ class Worker:
             return
         ids = [job.id for job in unstarted]
         try:
-            released = self._with_retry(
+            released = with_retry(
+                self,
                 "release",
                 lambda: lifecycle.release(
                     self.database, ids, worker_id=self.worker_id, now=self.now()
@@ -839,7 +765,7 @@ class Worker:
         except DatabaseError:
             logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
             return
-        self._unhold(ids)
+        self.held.discard(ids)
         with self._busy_lock:
             self._busy -= len(unstarted)
         logger.info("Worker %s gave back %d unstarted job(s): %s", self.worker_id, released, ids)
@@ -872,7 +798,7 @@ class Worker:
                         self.worker_id,
                         job.id,
                     )
-                    self._unhold([job.id])
+                    self.held.discard([job.id])
                 finally:
                     with self._busy_lock:
                         self._busy -= 1
@@ -884,7 +810,7 @@ class Worker:
                         or busy == self._refill_at
                         or len(self._done) in (1, FLUSH_BATCH)
                     ):
-                        self._wake.set()
+                        self.wakeup.set()
         finally:
             close_event_loop()
             connections.close_all()
@@ -963,7 +889,7 @@ class Worker:
 
         try:
             try:
-                status = self._with_retry("fail", write)
+                status = with_retry(self, "fail", write)
             except DatabaseError as exc:
                 if self.forced:
                     raise
@@ -979,10 +905,10 @@ class Worker:
                     type(exc).__name__,
                     exc,
                 )
-                _reset_connection(self.database)
-                status = self._with_retry("fail", write)
+                reset_connection(self.database)
+                status = with_retry(self, "fail", write)
         finally:
-            self._unhold([job.id])
+            self.held.discard([job.id])
         if status is None:
             self._lost(job)
             return None
@@ -1068,64 +994,6 @@ class Worker:
                 return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
         return "completed", result
 
-    # -- heartbeat ---------------------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        interval = max(0.05, min(self.lease_seconds / 3, 10.0))
-        reap_every = max(interval, min(self.lease_seconds / 2, 30.0))
-        last_reap = time.monotonic()
-        try:
-            # Not stop_event: after SIGTERM the running jobs still need their leases renewed
-            # until they finish, or another worker would take them over mid-run.
-            while not self._finished.wait(interval):
-                try:
-                    with self._held_lock:
-                        held = sorted(self._held)
-                    if held:
-                        lifecycle.extend_leases(
-                            self.database,
-                            worker_id=self.worker_id,
-                            lease_seconds=self.lease_seconds,
-                            now=self.now(),
-                            job_ids=held,
-                        )
-                    WorkerProcess.objects.using(self.database).heartbeat(
-                        self.worker_id, jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
-                    )
-                    if time.monotonic() - last_reap >= reap_every:
-                        last_reap = time.monotonic()
-                        self._reap()
-                except DatabaseError as exc:
-                    logger.warning(
-                        "Worker %s: heartbeat failed (%s: %s); will retry",
-                        self.worker_id,
-                        type(exc).__name__,
-                        exc,
-                    )
-                    _reset_connection(self.database)
-        finally:
-            connections.close_all()
-
-    def _reap(self) -> None:
-        try:
-            reaped = lifecycle.reap(self.database, now=self.now())
-        except DatabaseError as exc:
-            if is_missing_table(exc):
-                raise
-            logger.warning("Worker %s: reaping expired leases failed: %s", self.worker_id, exc)
-            _reset_connection(self.database)
-            return
-        for job_id, job_type, status, attempts in reaped:
-            logger.warning(
-                "Job id=%s type=%s: lease expired during attempt %d; now %s",
-                job_id,
-                job_type,
-                attempts,
-                status,
-            )
-        if reaped:
-            self._wake.set()
-
     # -- bookkeeping -------------------------------------------------------------------
 
     def _check_ready(self) -> None:
@@ -1188,14 +1056,3 @@ def _spent(job: ClaimedJob) -> lifecycle.ErrorInfo:
         ),
         traceback="",
     )
-
-
-def _reset_connection(alias: str) -> None:
-    with contextlib.suppress(Exception):
-        connections[alias].close()
-
-
-def _join(thread: threading.Thread) -> None:
-    # join() in short slices so that a second signal can interrupt the main thread.
-    while thread.is_alive():
-        thread.join(timeout=0.1)
