@@ -33,7 +33,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import DatabaseError, connections
 from django.utils import timezone, translation
@@ -46,13 +46,14 @@ from django_sqlq.db import (
     is_transient,
     ops_for,
 )
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.db.base import ClaimedJob
 from django_sqlq.exceptions import (
-    JobInterruptedError,
     PayloadError,
     SQLQError,
 )
-from django_sqlq.models import Job, JobStatus, WorkerProcess
+from django_sqlq.models import Job, WorkerProcess
+from django_sqlq.worker.completer import FLUSH_BATCH, FLUSH_INTERVAL, Completer, Done
+from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.invoke import (
     check_connections,
     close_event_loop,
@@ -63,7 +64,7 @@ from django_sqlq.worker.invoke import (
 )
 from django_sqlq.worker.maintenance import Heartbeat, HeldJobs, Reaper, Service, Tidier
 from django_sqlq.worker.maintenance.service import join
-from django_sqlq.worker.retry import back_off, reset_connection, with_retry
+from django_sqlq.worker.retry import back_off, with_retry
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -75,10 +76,6 @@ Clock = Callable[[], datetime]
 
 _STOP = object()  # tells a runner thread to exit
 
-# Completions are written in batches of up to FLUSH_BATCH, at most FLUSH_INTERVAL seconds
-# after the first of them finished.
-FLUSH_BATCH = 100
-FLUSH_INTERVAL = 0.01
 # Fast jobs are claimed ahead, up to MAX_PREFETCH or about PREFETCH_WINDOW seconds of work.
 MAX_PREFETCH = 200
 PREFETCH_WINDOW = 0.05
@@ -173,13 +170,6 @@ def _decode_json(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return json.loads(value)
     return value
-
-
-class _Done(NamedTuple):
-    job: ClaimedJob
-    result: Any
-    handler: registry.Handler
-    elapsed: float
 
 
 class _ChangeWatch:
@@ -303,15 +293,10 @@ class Worker:
         self._busy_lock = threading.Lock()
         self._running: dict[int, ClaimedJob] = {}
         self.held = HeldJobs()
-        self._done: list[_Done] = []  # completed attempts not yet written
-        self._done_since = 0.0
-        self._done_lock = threading.Lock()
+        self.completer = Completer(self)
         self._avg_runtime: float | None = None
         self._refill_at = 0  # see _claim_limit
         self._no_prefetch_until = 0.0  # see _give_back_waiting
-        self.jobs_done = 0
-        self.jobs_failed = 0  # failed attempts, retried or not
-        self.jobs_retried = 0  # failed attempts that will be retried
         self._summary_at = 0.0
         self._summary_counts = (0, 0, 0)
         self.jobs_claimed = 0
@@ -328,6 +313,20 @@ class Worker:
         self.heartbeat = Heartbeat(self)
         # Maintenance started with the runners, stopped once they are done.
         self.services: list[Service] = [self.heartbeat]
+
+    @property
+    def jobs_done(self) -> int:
+        return self.completer.jobs_done
+
+    @property
+    def jobs_failed(self) -> int:
+        """Failed attempts, retried or not."""
+        return self.completer.jobs_failed
+
+    @property
+    def jobs_retried(self) -> int:
+        """Failed attempts that will be retried."""
+        return self.completer.jobs_retried
 
     # -- public ------------------------------------------------------------------------
 
@@ -388,14 +387,16 @@ class Worker:
                             self._inbox.put(_STOP)
                         for thread in runners:
                             join(thread)
-                        self._flush(force=True)
+                        self.completer.flush(force=True)
                         self.tidier.join()
         except ForcedStop:
             forced = True
             self.forced = True  # from here on, database writes are tried once, not retried
             self._release_unstarted()
             try:
-                self._flush(force=True)  # finished jobs are not lost, if the database answers
+                self.completer.flush(
+                    force=True
+                )  # finished jobs are not lost, if the database answers
             except DatabaseError:
                 logger.exception("Worker %s could not record finished jobs", self.worker_id)
         finally:
@@ -408,7 +409,7 @@ class Worker:
             else:
                 # Out of the except clause: the tasks framework's task_finished logging
                 # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
-                self._record_interrupted()
+                self.completer.record_interrupted(list(self._running.values()))
             self._unregister()
             connections.close_all()
         logger.info(
@@ -419,44 +420,6 @@ class Worker:
             self.jobs_retried,
         )
         return self.jobs_done + self.jobs_failed
-
-    def _record_interrupted(self) -> None:
-        """After a forced stop: record each running job's attempt as failed at once (retried
-        or failed by its attempts), rather than leaving it to its lease. Fenced by worker
-        and attempt, like every outcome: a job this worker no longer holds is left alone."""
-        running = list(self._running.values())
-        recorded = 0
-        for job in running:
-            error = lifecycle.ErrorInfo.from_exception(
-                JobInterruptedError(f"interrupted by a forced stop of worker {self.worker_id}")
-            )
-            try:
-                status = self._record_failure(job, error)
-            except Exception as exc:  # the database is gone: the lease is the fallback
-                logger.warning(
-                    "Worker %s could not record the interrupted job id=%s (%s: %s): left to "
-                    "its lease",
-                    self.worker_id,
-                    job.id,
-                    type(exc).__name__,
-                    exc,
-                )
-                continue
-            if status is None:
-                continue
-            recorded += 1
-            try:
-                handler = registry.get(job.type)
-            except Exception:  # noqa: S112 - no handler: no hook to call
-                continue
-            self._hook(handler.on_finish, self._context(job), status, error)
-        logger.warning(
-            "Worker %s forced to stop: %d running job(s) interrupted, %d recorded at once%s",
-            self.worker_id,
-            len(running),
-            recorded,
-            "" if recorded == len(running) else " (the others are left to lease expiry)",
-        )
 
     # -- the main loop -----------------------------------------------------------------
 
@@ -469,7 +432,7 @@ class Worker:
             # Claim first, then write completions: the runners start on the new jobs while
             # this thread waits on the completions' statement.
             limit = self._claim_limit()
-            idle = self._busy == 0 and not self._done
+            idle = self._busy == 0 and not self.completer.pending
             due = time.monotonic() - last_claim >= self.poll_interval
             # (While the batches come back full, nothing else needs looking at.)
             woke = (
@@ -499,7 +462,7 @@ class Worker:
                 except DatabaseError as exc:
                     failures += 1
                     self._database_trouble("claim", exc, failures)
-                    self._flush(force=False)
+                    self.completer.flush(idle=self._busy == 0)
                     continue
                 last_claim = time.monotonic()
                 queue_may_have_more = len(claimed) == limit
@@ -510,11 +473,11 @@ class Worker:
                     self.jobs_claimed += len(claimed)
                     self.tidier.claimed(len(claimed))
                     self._inbox.put_many(claimed)
-                    self._flush(force=False)
+                    self.completer.flush(idle=self._busy == 0)
                     continue
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
-            self._flush(force=False)
+            self.completer.flush(idle=self._busy == 0)
             self._give_back_waiting()
             self._summarise()
             if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
@@ -646,93 +609,14 @@ class Worker:
         until_due = self._due_at - now
         if until_due > 0:
             wait = min(wait, until_due)
-        if self._done:
-            wait = min(wait, max(0.0, self._done_since + FLUSH_INTERVAL - now))
+        if self.completer.pending:
+            wait = min(wait, max(0.0, self.completer.since + FLUSH_INTERVAL - now))
         oldest = self._inbox.oldest()
         if oldest is not None:
             wait = min(wait, max(0.0, oldest + PREFETCH_HOLD - now))
         if (self.jobs_done, self.jobs_failed) != self._summary_counts[:2]:
             wait = min(wait, max(0.0, self._summary_at + SUMMARY_INTERVAL - now))
         return min(wait, changes.interval)
-
-    def _flush(self, *, force: bool) -> None:
-        """Write buffered completions in one statement: when many have gathered, when the
-        oldest has waited FLUSH_INTERVAL, when nothing else is running, or when forced."""
-        with self._done_lock:
-            if not self._done:
-                return
-            if not (
-                force
-                or len(self._done) >= FLUSH_BATCH
-                or self._busy == 0
-                or time.monotonic() - self._done_since >= FLUSH_INTERVAL
-            ):
-                return
-            batch, self._done = self._done, []
-        self._write_completions(batch)
-
-    def _write_completions(self, batch: list[_Done]) -> None:
-        try:
-            written = set(self._complete(batch))
-        except DatabaseError as exc:
-            if self.forced:
-                raise
-            # Not a lost connection (those are retried): the database refuses the write.
-            # Find the completion it refuses, and record that as its attempt's error, rather
-            # than losing the whole batch (and the worker's main thread) to one row.
-            if len(batch) > 1:
-                logger.warning(
-                    "Worker %s: writing %d completions failed (%s: %s); writing them one by one",
-                    self.worker_id,
-                    len(batch),
-                    type(exc).__name__,
-                    exc,
-                )
-                for item in batch:
-                    self._write_completions([item])
-                return
-            try:
-                self._record_failure(batch[0].job, lifecycle.ErrorInfo.from_exception(exc))
-            except DatabaseError:
-                logger.exception(
-                    "Worker %s: could not record the outcome of job id=%s; it will be "
-                    "retried once its lease runs out",
-                    self.worker_id,
-                    batch[0].job.id,
-                )
-            return
-        self.held.discard(item.job.id for item in batch)
-        log = job_logger.isEnabledFor(logging.INFO)
-        for item in batch:
-            job = item.job
-            if job.id not in written:
-                self._lost(job)
-                continue
-            self.jobs_done += 1
-            if log:
-                job_logger.info(
-                    "Job id=%s type=%s completed in %.3fs attempt=%d",
-                    job.id,
-                    job.type,
-                    item.elapsed,
-                    job.attempts,
-                )
-            if item.handler.on_finish is not None:
-                self._hook(
-                    item.handler.on_finish, self._context(job), JobStatus.COMPLETED, item.result
-                )
-
-    def _complete(self, batch: list[_Done]) -> list[int]:
-        return with_retry(
-            self,
-            "complete",
-            lambda: lifecycle.complete(
-                self.database,
-                [Finished(item.job.id, item.job.attempts, item.result) for item in batch],
-                worker_id=self.worker_id,
-                now=self.now(),
-            ),
-        )
 
     def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
         """Log a database error, drop the connection if it is broken, and back off."""
@@ -808,31 +692,12 @@ class Worker:
                     if (
                         busy <= self.concurrency
                         or busy == self._refill_at
-                        or len(self._done) in (1, FLUSH_BATCH)
+                        or len(self.completer.pending) in (1, FLUSH_BATCH)
                     ):
                         self.wakeup.set()
         finally:
             close_event_loop()
             connections.close_all()
-
-    def _context(self, job: ClaimedJob) -> registry.JobContext:
-        return registry.JobContext(
-            job_id=job.id,
-            type=job.type,
-            queue=job.queue,
-            attempt=job.attempts,
-            max_attempts=job.max_attempts,
-            worker_id=self.worker_id,
-            database=self.database,
-        )
-
-    def _hook(self, hook: Callable[..., None] | None, *args: Any) -> None:
-        if hook is None:
-            return
-        try:
-            hook(*args)
-        except Exception:
-            logger.exception("Worker %s: a handler hook raised", self.worker_id)
 
     def _process(self, job: ClaimedJob) -> None:
         self._running[job.id] = job
@@ -851,7 +716,11 @@ class Worker:
                     outcome, value = "failed", lifecycle.ErrorInfo.from_exception(exc)
                 else:
                     if handler.on_start is not None:
-                        self._hook(handler.on_start, self._context(job))
+                        call_hook(
+                            self.worker_id,
+                            handler.on_start,
+                            job_context(job, self.worker_id, self.database),
+                        )
                     outcome, value = self._call_handler(job, handler)
         finally:
             self._running.pop(job.id, None)
@@ -860,94 +729,14 @@ class Worker:
             elapsed if self._avg_runtime is None else 0.8 * self._avg_runtime + 0.2 * elapsed
         )
         if outcome == "completed" and handler is not None:
-            # Completions are written in batches by the main thread (see _flush).
-            with self._done_lock:
-                if not self._done:
-                    self._done_since = time.monotonic()
-                self._done.append(_Done(job, value, handler, elapsed))
+            # Completions are written in batches by the main thread (see Completer.flush).
+            self.completer.add(Done(job, value, handler, elapsed))
             return
         retry = outcome == "failed" and job.attempts <= job.max_attempts
-        status = self._record_failure(job, value, retry=retry)
+        status = self.completer.record_failure(job, value, retry=retry)
         if status is not None and handler is not None:
-            self._hook(handler.on_finish, self._context(job), status, value)
-
-    def _record_failure(
-        self, job: ClaimedJob, error: lifecycle.ErrorInfo, *, retry: bool = True
-    ) -> str | None:
-        """Write a failed attempt at once. Returns the job's new status, or None if lost."""
-        retry_in = self.backoff(job.attempts) if retry else None
-
-        def write() -> str | None:
-            return lifecycle.fail_or_retry(
-                self.database,
-                job,
-                error,
-                worker_id=self.worker_id,
-                retry_in=retry_in,
-                now=self.now(),
-            )
-
-        try:
-            try:
-                status = with_retry(self, "fail", write)
-            except DatabaseError as exc:
-                if self.forced:
-                    raise
-                # A handler can leave its connection (this thread's) in a session state that
-                # refuses the queue's writes: SET search_path, SET
-                # default_transaction_read_only, PRAGMA query_only... A new connection has
-                # none of it; without one, every later job of this thread lost its outcome.
-                logger.warning(
-                    "Worker %s: could not record the failure of job id=%s (%s: %s); "
-                    "retrying on a new database connection",
-                    self.worker_id,
-                    job.id,
-                    type(exc).__name__,
-                    exc,
-                )
-                reset_connection(self.database)
-                status = with_retry(self, "fail", write)
-        finally:
-            self.held.discard([job.id])
-        if status is None:
-            self._lost(job)
-            return None
-        self.jobs_failed += 1
-        if status != JobStatus.FAILED:
-            self.jobs_retried += 1
-        if status == JobStatus.SCHEDULED and retry_in is not None:
-            self._retry_scheduled(retry_in)
-        if status == JobStatus.FAILED:
-            logger.error(
-                "Job id=%s type=%s failed for good after attempt %d/%d: %s: %s",
-                job.id,
-                job.type,
-                job.attempts,
-                job.max_attempts,
-                error.exception_class,
-                error.message,
-            )
-        else:
-            logger.warning(
-                "Job id=%s type=%s attempt %d/%d failed (%s: %s); retry in %.1fs",
-                job.id,
-                job.type,
-                job.attempts,
-                job.max_attempts,
-                error.exception_class,
-                error.message,
-                retry_in,
-            )
-        return status
-
-    def _lost(self, job: ClaimedJob) -> None:
-        logger.warning(
-            "Job id=%s type=%s attempt=%d: outcome not recorded, this worker no longer holds "
-            "the job (its lease expired and another worker or an operator took it over)",
-            job.id,
-            job.type,
-            job.attempts,
-        )
+            context = job_context(job, self.worker_id, self.database)
+            call_hook(self.worker_id, handler.on_finish, context, status, value)
 
     def _call_handler(self, job: ClaimedJob, handler: registry.Handler) -> tuple[str, Any]:
         """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
@@ -957,7 +746,7 @@ class Worker:
             payload = _decode_json(job.payload)
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
-                args += (self._context(job),)
+                args += (job_context(job, self.worker_id, self.database),)
             # The job's own timeout, else its handler's, read here in the worker (which
             # imported the handler) rather than at enqueue (where it may not be).
             timeout = job.timeout if job.timeout is not None else handler.timeout

@@ -87,7 +87,7 @@ def test_a_heartbeat_renews_the_held_leases_and_the_worker_row():
     )
     assert {job.id for job in claimed} == {held.id, other.id}
     worker.held.add([held.id])  # the other one is no longer tracked: it is left to expire
-    worker.jobs_done = 4
+    worker.completer.jobs_done = 4
     clock.now = T0 + timedelta(seconds=20)
     worker.heartbeat.tick()
     held.refresh_from_db()
