@@ -20,8 +20,6 @@ is left to its lease), and exits.
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import json
 import logging
 import math
 import os
@@ -36,10 +34,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, connections
-from django.utils import timezone, translation
 
 from django_sqlq import lifecycle, registry, validation
-from django_sqlq.api import encode_json
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import (
     is_missing_table,
@@ -48,22 +44,13 @@ from django_sqlq.db import (
 )
 from django_sqlq.db.base import ClaimedJob
 from django_sqlq.exceptions import (
-    PayloadError,
     SQLQError,
 )
 from django_sqlq.models import Job, WorkerProcess
-from django_sqlq.worker.completer import FLUSH_BATCH, FLUSH_INTERVAL, Completer, Done
-from django_sqlq.worker.hooks import call_hook, job_context
-from django_sqlq.worker.invoke import (
-    check_connections,
-    close_event_loop,
-    context_changed,
-    invoke,
-    thread_state,
-    tidy_connections,
-)
+from django_sqlq.worker.completer import FLUSH_INTERVAL, Completer
+from django_sqlq.worker.inbox import STOP
 from django_sqlq.worker.maintenance import Heartbeat, HeldJobs, Reaper, Service, Tidier
-from django_sqlq.worker.maintenance.service import join
+from django_sqlq.worker.pool import RunnerPool
 from django_sqlq.worker.retry import back_off, with_retry
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 
@@ -73,8 +60,6 @@ logger = logging.getLogger("django_sqlq.worker")
 job_logger = logging.getLogger("django_sqlq.worker.jobs")
 
 Clock = Callable[[], datetime]
-
-_STOP = object()  # tells a runner thread to exit
 
 # Fast jobs are claimed ahead, up to MAX_PREFETCH or about PREFETCH_WINDOW seconds of work.
 MAX_PREFETCH = 200
@@ -153,23 +138,11 @@ class _Inbox:
                     item = self._items.popleft()  # a runner may take items meanwhile
                 except IndexError:
                     break
-                if item[0] >= cutoff or item[1] is _STOP:
+                if item[0] >= cutoff or item[1] is STOP:
                     self._items.appendleft(item)
                     break
                 taken.append(item[1])
         return taken
-
-
-_JSON_DECODE = json.JSONDecoder().decode
-
-
-def _decode_json(value: Any) -> Any:
-    """A JSON column read by raw SQL: text on SQLite (and from Django's psycopg set-up)."""
-    if isinstance(value, str):
-        return _JSON_DECODE(value)
-    if isinstance(value, (bytes, bytearray)):
-        return json.loads(value)
-    return value
 
 
 class _ChangeWatch:
@@ -288,14 +261,9 @@ class Worker:
 
         self.stop_event = threading.Event()
         self.wakeup = threading.Event()
-        self._inbox = _Inbox()
-        self._busy = 0  # claimed and not yet finished (queued or running)
-        self._busy_lock = threading.Lock()
-        self._running: dict[int, ClaimedJob] = {}
         self.held = HeldJobs()
         self.completer = Completer(self)
-        self._avg_runtime: float | None = None
-        self._refill_at = 0  # see _claim_limit
+        self.pool = RunnerPool(self)
         self._no_prefetch_until = 0.0  # see _give_back_waiting
         self._summary_at = 0.0
         self._summary_counts = (0, 0, 0)
@@ -355,12 +323,7 @@ class Worker:
             self.database,
         )
         self._register()
-        runners = [
-            threading.Thread(target=self._runner, name=f"sqlq-runner-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
-        for thread in runners:
-            thread.start()
+        self.pool.start()
         for service in self.services:
             service.start()
         signals = worker_signals(self) if install_signal_handlers else contextlib.nullcontext()
@@ -383,10 +346,7 @@ class Worker:
                     self.stop_event.set()
                     if not self.forced:
                         self._release_unstarted()
-                        for _ in runners:
-                            self._inbox.put(_STOP)
-                        for thread in runners:
-                            join(thread)
+                        self.pool.stop()
                         self.completer.flush(force=True)
                         self.tidier.join()
         except ForcedStop:
@@ -409,7 +369,7 @@ class Worker:
             else:
                 # Out of the except clause: the tasks framework's task_finished logging
                 # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
-                self.completer.record_interrupted(list(self._running.values()))
+                self.completer.record_interrupted(list(self.pool.running.values()))
             self._unregister()
             connections.close_all()
         logger.info(
@@ -432,7 +392,7 @@ class Worker:
             # Claim first, then write completions: the runners start on the new jobs while
             # this thread waits on the completions' statement.
             limit = self._claim_limit()
-            idle = self._busy == 0 and not self.completer.pending
+            idle = self.pool.busy == 0 and not self.completer.pending
             due = time.monotonic() - last_claim >= self.poll_interval
             # (While the batches come back full, nothing else needs looking at.)
             woke = (
@@ -462,22 +422,22 @@ class Worker:
                 except DatabaseError as exc:
                     failures += 1
                     self._database_trouble("claim", exc, failures)
-                    self.completer.flush(idle=self._busy == 0)
+                    self.completer.flush(idle=self.pool.busy == 0)
                     continue
                 last_claim = time.monotonic()
                 queue_may_have_more = len(claimed) == limit
                 if claimed:
                     self.held.add(job.id for job in claimed)
-                    with self._busy_lock:
-                        self._busy += len(claimed)
+                    with self.pool.busy_lock:
+                        self.pool.busy += len(claimed)
                     self.jobs_claimed += len(claimed)
                     self.tidier.claimed(len(claimed))
-                    self._inbox.put_many(claimed)
-                    self.completer.flush(idle=self._busy == 0)
+                    self.pool.inbox.put_many(claimed)
+                    self.completer.flush(idle=self.pool.busy == 0)
                     continue
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
-            self.completer.flush(idle=self._busy == 0)
+            self.completer.flush(idle=self.pool.busy == 0)
             self._give_back_waiting()
             self._summarise()
             if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
@@ -520,14 +480,14 @@ class Worker:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast
         (so that one statement claims many), refilled at half capacity. A thread with no
         job waiting for it always gets a claim, whatever runs on the other threads."""
-        with self._busy_lock:
-            in_hand = self._busy
+        with self.pool.busy_lock:
+            in_hand = self.pool.busy
         capacity = self.concurrency + self._prefetch()
         # The runners wake this thread when the jobs in hand fall to this level, so that the
         # next claim runs while they work through the rest.
-        self._refill_at = capacity - (capacity + 1) // 2
+        self.pool.refill_at = capacity - (capacity + 1) // 2
         free = capacity - in_hand
-        waiting = len(self._inbox)
+        waiting = len(self.pool.inbox)
         idle_threads = self.concurrency - (in_hand - waiting)
         if in_hand and waiting >= idle_threads and free < (capacity + 1) // 2:
             free = 0  # every free thread has a job waiting: refill later, in one batch
@@ -538,18 +498,18 @@ class Worker:
     def _prefetch(self) -> int:
         """Extra jobs held ready beyond the running ones: about PREFETCH_WINDOW seconds of
         work at the recent pace, none while jobs take long (they would wait in line)."""
-        if self._avg_runtime is None or time.monotonic() < self._no_prefetch_until:
+        if self.pool.avg_runtime is None or time.monotonic() < self._no_prefetch_until:
             return 0
-        return min(MAX_PREFETCH, int(PREFETCH_WINDOW / max(self._avg_runtime, 1e-4)))
+        return min(MAX_PREFETCH, int(PREFETCH_WINDOW / max(self.pool.avg_runtime, 1e-4)))
 
     def _give_back_waiting(self) -> None:
         """Give back the claimed jobs that have waited PREFETCH_HOLD seconds for a thread
         (its threads are held up by slower jobs than the prefetch expected), so that other
         workers' free threads run them; and prefetch nothing for a while."""
-        oldest = self._inbox.oldest()
+        oldest = self.pool.inbox.oldest()
         if oldest is None or time.monotonic() - oldest < PREFETCH_HOLD:
             return
-        stale = self._inbox.take_older_than(time.monotonic() - PREFETCH_HOLD)
+        stale = self.pool.inbox.take_older_than(time.monotonic() - PREFETCH_HOLD)
         if not stale:
             return
         self._no_prefetch_until = time.monotonic() + PREFETCH_COOLDOWN
@@ -566,11 +526,11 @@ class Worker:
         except DatabaseError:
             # Not given back: run them here after all, once a thread is free.
             logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
-            self._inbox.put_many(stale)
+            self.pool.inbox.put_many(stale)
             return
         self.held.discard(ids)
-        with self._busy_lock:
-            self._busy -= len(stale)
+        with self.pool.busy_lock:
+            self.pool.busy -= len(stale)
         self.jobs_claimed -= len(stale)
         logger.debug(
             "Worker %s gave back %d job(s) that waited %.2fs for a thread",
@@ -598,7 +558,7 @@ class Worker:
                 retried,
                 elapsed,
                 (done + failed) / elapsed,
-                len(self._running),
+                len(self.pool.running),
             )
 
     def _wait_time(self, last_claim: float, changes: _ChangeWatch) -> float:
@@ -611,7 +571,7 @@ class Worker:
             wait = min(wait, until_due)
         if self.completer.pending:
             wait = min(wait, max(0.0, self.completer.since + FLUSH_INTERVAL - now))
-        oldest = self._inbox.oldest()
+        oldest = self.pool.inbox.oldest()
         if oldest is not None:
             wait = min(wait, max(0.0, oldest + PREFETCH_HOLD - now))
         if (self.jobs_done, self.jobs_failed) != self._summary_counts[:2]:
@@ -630,10 +590,10 @@ class Worker:
         unstarted: list[ClaimedJob] = []
         while True:
             try:
-                item = self._inbox.get_nowait()
+                item = self.pool.inbox.get_nowait()
             except queue_module.Empty:
                 break
-            if item is not _STOP:
+            if item is not STOP:
                 unstarted.append(item)
         if not unstarted:
             return
@@ -650,138 +610,9 @@ class Worker:
             logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
             return
         self.held.discard(ids)
-        with self._busy_lock:
-            self._busy -= len(unstarted)
+        with self.pool.busy_lock:
+            self.pool.busy -= len(unstarted)
         logger.info("Worker %s gave back %d unstarted job(s): %s", self.worker_id, released, ids)
-
-    # -- runner threads ----------------------------------------------------------------
-
-    def _runner(self) -> None:
-        # This thread's wrapper of every database (none is opened here): what the handlers
-        # run in this thread can use, and what tidy_connections checks after each job.
-        thread_state.connections = [connections[alias] for alias in connections]
-        try:
-            while True:
-                job = self._inbox.get()
-                if job is _STOP:
-                    return
-                if self.stop_event.is_set():
-                    # Claimed but not started: give it back rather than start it now.
-                    self._inbox.put(job)
-                    self._release_unstarted()
-                    continue
-                try:
-                    self._process(job)
-                except Exception:
-                    # Not the handler (its errors are the job's outcome): the outcome could not
-                    # be written. The runner lives on; the job's lease, no longer renewed,
-                    # runs out and the reaper returns it to the queue.
-                    logger.exception(
-                        "Worker %s: could not record the outcome of job id=%s; it will be "
-                        "retried once its lease runs out",
-                        self.worker_id,
-                        job.id,
-                    )
-                    self.held.discard([job.id])
-                finally:
-                    with self._busy_lock:
-                        self._busy -= 1
-                        busy = self._busy
-                    # Wake the main thread when there is something for it to do: room to
-                    # claim, a batch to write, or a first completion to schedule a flush for.
-                    if (
-                        busy <= self.concurrency
-                        or busy == self._refill_at
-                        or len(self.completer.pending) in (1, FLUSH_BATCH)
-                    ):
-                        self.wakeup.set()
-        finally:
-            close_event_loop()
-            connections.close_all()
-
-    def _process(self, job: ClaimedJob) -> None:
-        self._running[job.id] = job
-        started = time.monotonic()
-        job_logger.debug("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
-        handler: registry.Handler | None = None
-        try:
-            if job.attempts > job.max_attempts:
-                # Only a row edited by hand gets here: every transition keeps attempts at or
-                # below max_attempts. Its attempts are spent, so it is failed, not run.
-                outcome, value = "failed", _spent(job)
-            else:
-                try:
-                    handler = registry.get(job.type)
-                except Exception as exc:
-                    outcome, value = "failed", lifecycle.ErrorInfo.from_exception(exc)
-                else:
-                    if handler.on_start is not None:
-                        call_hook(
-                            self.worker_id,
-                            handler.on_start,
-                            job_context(job, self.worker_id, self.database),
-                        )
-                    outcome, value = self._call_handler(job, handler)
-        finally:
-            self._running.pop(job.id, None)
-        elapsed = time.monotonic() - started
-        self._avg_runtime = (
-            elapsed if self._avg_runtime is None else 0.8 * self._avg_runtime + 0.2 * elapsed
-        )
-        if outcome == "completed" and handler is not None:
-            # Completions are written in batches by the main thread (see Completer.flush).
-            self.completer.add(Done(job, value, handler, elapsed))
-            return
-        retry = outcome == "failed" and job.attempts <= job.max_attempts
-        status = self.completer.record_failure(job, value, retry=retry)
-        if status is not None and handler is not None:
-            context = job_context(job, self.worker_id, self.database)
-            call_hook(self.worker_id, handler.on_finish, context, status, value)
-
-    def _call_handler(self, job: ClaimedJob, handler: registry.Handler) -> tuple[str, Any]:
-        """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
-        attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not."""
-        context_before = contextvars.copy_context()
-        try:
-            payload = _decode_json(job.payload)
-            args: tuple[Any, ...] = (payload,)
-            if handler.takes_context:
-                args += (job_context(job, self.worker_id, self.database),)
-            # The job's own timeout, else its handler's, read here in the worker (which
-            # imported the handler) rather than at enqueue (where it may not be).
-            timeout = job.timeout if job.timeout is not None else handler.timeout
-            result = invoke(handler.func, args, timeout, is_async=handler.is_async)
-            check_connections()
-        except BaseException as exc:
-            tidy_connections()
-            return "failed", lifecycle.ErrorInfo.from_exception(exc)
-        finally:
-            # A language or time zone a handler activated (translation.activate(user's
-            # language), as an e-mail job does) stays with the thread, so the next job of
-            # this thread ran with it: its e-mail went out in the previous user's language.
-            # Both live in context variables (asgiref's Local): reset them when the handler
-            # changed any. (Resetting unconditionally cost ~10 us a job, a fifth of a no-op
-            # job's time.)
-            if context_changed(context_before):
-                translation.deactivate()
-                timezone.deactivate()
-        # The same checks as a payload's, size limit included: a result the database would
-        # refuse fails the job instead of the write of a batch of completions. For good: the
-        # work is done and only its record is impossible; running it again would repeat its
-        # side effects and end the same way.
-        if result is not None:
-            try:
-                encode_json(
-                    result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES
-                )
-            except PayloadError as exc:
-                error = PayloadError(
-                    f"{exc} The handler ran to the end; the job is failed without retry, "
-                    "as running it again would repeat its work (return only what JSON "
-                    "can hold: convert datetimes, sets... or store large data elsewhere)."
-                )
-                return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
-        return "completed", result
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -834,14 +665,3 @@ def unreachable(alias: str, exc: BaseException) -> str:
     cause = " ".join(str(exc).split()) or type(exc).__name__
     engine = connections[alias].settings_dict.get("ENGINE", "?")
     return f"Cannot use database {alias!r} ({engine}): {type(exc).__name__}: {cause}"
-
-
-def _spent(job: ClaimedJob) -> lifecycle.ErrorInfo:
-    return lifecycle.ErrorInfo(
-        exception_class="django_sqlq.exceptions.InvalidJobError",
-        message=(
-            f"Not run: attempt {job.attempts} is over max_attempts={job.max_attempts} "
-            "(was the row edited by hand?). Retry it from the admin to reset its attempts."
-        ),
-        traceback="",
-    )
