@@ -193,7 +193,7 @@ class Completer:
         if status != JobStatus.FAILED:
             self.jobs_retried += 1
         if status == JobStatus.SCHEDULED and retry_in is not None:
-            worker._retry_scheduled(retry_in)
+            worker.staging.retry_scheduled(retry_in)
         if status == JobStatus.FAILED:
             logger.error(
                 "Job id=%s type=%s failed for good after attempt %d/%d: %s: %s",

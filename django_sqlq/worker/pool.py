@@ -100,7 +100,7 @@ class RunnerPool:
                 if self._stopping.is_set():
                     # Claimed but not started: give it back rather than start it now.
                     self.inbox.put(job)
-                    self.worker._release_unstarted()
+                    self.worker.claimer.release_unstarted()
                     continue
                 try:
                     self._process(job)
