@@ -1,6 +1,6 @@
 """The completer: writes the outcome of each attempt (River's batching completer).
 
-Completed attempts are buffered by the runner threads (``add``) and written by the main
+Completed attempts are buffered by the runner threads (``pending``) and written by the main
 thread in one statement (``flush``): when FLUSH_BATCH have gathered, when the oldest has
 waited FLUSH_INTERVAL, when nothing else is running, or when forced. When the database
 refuses a batch (not a lost connection: those are retried), the completions are written
@@ -51,19 +51,14 @@ class Completer:
         self.worker_id = worker.worker_id
         self.database = worker.database
         self.held = worker.held
-        self.pending: list[Done] = []  # completed attempts not yet written
+        # Completed attempts not yet written. The runners append to it under ``lock`` (and
+        # set ``since`` for the first), inline in RunnerPool._process.
+        self.pending: list[Done] = []
         self.since = 0.0  # time.monotonic() when the oldest of them was added
         self.lock = threading.Lock()
         self.jobs_done = 0
         self.jobs_failed = 0  # failed attempts, retried or not
         self.jobs_retried = 0  # failed attempts that will be retried
-
-    def add(self, item: Done) -> None:
-        """Buffer a completed attempt (in a runner thread)."""
-        with self.lock:
-            if not self.pending:
-                self.since = time.monotonic()
-            self.pending.append(item)
 
     def flush(self, *, force: bool = False, idle: bool = False) -> None:
         """Write the buffered completions if it is time; ``idle``: nothing is running."""

@@ -161,8 +161,13 @@ class RunnerPool:
             elapsed if self.avg_runtime is None else 0.8 * self.avg_runtime + 0.2 * elapsed
         )
         if outcome == "completed" and handler is not None:
-            # Completions are written in batches by the main thread (see Completer.flush).
-            self.completer.add(Done(job, value, handler, elapsed))
+            # Buffered for the main thread to write in batches (Completer.flush). Appended
+            # here rather than through a method of the completer: a call per job costs.
+            completer = self.completer
+            with completer.lock:
+                if not completer.pending:
+                    completer.since = time.monotonic()
+                completer.pending.append(Done(job, value, handler, elapsed))
             return
         retry = outcome == "failed" and job.attempts <= job.max_attempts
         status = self.completer.record_failure(job, value, retry=retry)

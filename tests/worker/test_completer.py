@@ -40,7 +40,9 @@ def written(monkeypatch) -> Iterator[tuple[Completer, list[list[Done]]]]:
 def add(completer: Completer, count: int) -> None:
     handler = noop_handler()
     for i in range(count):
-        completer.add(Done(fake_job(i), None, handler, 0.0))
+        if not completer.pending:  # as the runners do (RunnerPool._process)
+            completer.since = time.monotonic()
+        completer.pending.append(Done(fake_job(i), None, handler, 0.0))
 
 
 def test_nothing_to_write_writes_nothing(written):
