@@ -1,70 +1,23 @@
-"""SIGTERM/SIGINT for the worker and the supervisor: one mechanism for both.
+"""Moved to :mod:`django_sqlq.worker.signals`; this name stays importable."""
 
-A Python signal handler runs in the main thread between two bytecodes, possibly while that
-thread holds the lock inside a ``threading.Event`` or ``Condition`` (in ``Event.wait``), and
-those locks are not reentrant: a handler that calls ``Event.set()`` can deadlock the process.
-So the handler here only counts the signal and starts a short-lived thread that does the
-work (``on_stop``). Only ``on_force`` (a later signal, if given) runs in the handler itself,
-so that it can raise in the main thread to interrupt what it is doing.
-"""
+from django_sqlq.worker.signals import (
+    STOP_SIGNALS,
+    OnForce,
+    OnStop,
+    handler,
+    install,
+    name,
+    restore,
+    stop_signals,
+)
 
-from __future__ import annotations
-
-import contextlib
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from types import FrameType
-from typing import Any
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-OnStop = Callable[[int, int], None]  # (signal number, how many received so far)
-OnForce = Callable[[int], None]
-
-
-def handler(on_stop: OnStop, on_force: OnForce | None = None) -> Callable[[int, Any], None]:
-    """A signal handler: ``on_stop(signum, count)`` in a new thread for each signal, or
-    ``on_force(signum)`` in the handler for the second and later ones when given."""
-    received = 0
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        received += 1
-        if received > 1 and on_force is not None:
-            on_force(signum)
-            return
-        threading.Thread(
-            target=on_stop, args=(signum, received), name="sqlq-stop", daemon=True
-        ).start()
-
-    return handle
-
-
-def install(on_stop: OnStop, on_force: OnForce | None = None) -> dict[int, Any]:
-    """Install the handler for SIGTERM and SIGINT; returns the previous handlers."""
-    handle = handler(on_stop, on_force)
-    return {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
-
-
-def restore(previous: dict[int, Any]) -> None:
-    for sig, old in previous.items():
-        signal.signal(sig, old)
-
-
-@contextlib.contextmanager
-def stop_signals(on_stop: OnStop, on_force: OnForce | None = None) -> Iterator[None]:
-    """SIGTERM/SIGINT handled as :func:`handler` says while the block runs (in the main
-    thread only: elsewhere Python cannot install handlers, and this does nothing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = install(on_stop, on_force)
-    try:
-        yield
-    finally:
-        restore(previous)
-
-
-def name(signum: int) -> str:
-    return signal.Signals(signum).name
+__all__ = [
+    "STOP_SIGNALS",
+    "OnForce",
+    "OnStop",
+    "handler",
+    "install",
+    "name",
+    "restore",
+    "stop_signals",
+]

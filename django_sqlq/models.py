@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from datetime import datetime
 from typing import Any, ClassVar
@@ -212,7 +214,36 @@ class QueueDashboard(Job):
 
 
 class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
-    """The workers' queryset: where their state-named methods go."""
+    """The workers' queryset: their rows as Solid Queue's Registrable keeps them: written at
+    start, touched by each heartbeat, marked stopped at the end (see django_sqlq.worker)."""
+
+    def register(self, worker_id: str, *, queues: list[str], concurrency: int) -> None:
+        """Record this process as the worker ``worker_id``, started now."""
+        self.update_or_create(
+            worker_id=worker_id,
+            defaults={
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": queues,
+                "concurrency": concurrency,
+                "stopped_at": None,
+            },
+        )
+
+    def heartbeat(self, worker_id: str, *, jobs_done: int, jobs_failed: int) -> int:
+        """Record that the worker is alive, with its counts so far."""
+        return self.filter(worker_id=worker_id).update(
+            last_seen_at=DatabaseNow(), jobs_done=jobs_done, jobs_failed=jobs_failed
+        )
+
+    def deregister(self, worker_id: str, *, jobs_done: int, jobs_failed: int) -> int:
+        """Record that the worker stopped, with its final counts."""
+        return self.filter(worker_id=worker_id).update(
+            stopped_at=DatabaseNow(),
+            last_seen_at=DatabaseNow(),
+            jobs_done=jobs_done,
+            jobs_failed=jobs_failed,
+        )
 
 
 class WorkerProcess(models.Model):

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_sqlq import _stopsignals
+from django_sqlq.worker import signals as stopsignals
 
 logger = logging.getLogger("django_sqlq.supervisor")
 
@@ -52,7 +52,7 @@ def _child(worker_kwargs: dict[str, Any], burst: bool) -> None:
         else:
             early.append(signum)
 
-    _stopsignals.install(before_run)
+    stopsignals.install(before_run)
     # Blocked by the supervisor around the fork (see Supervisor._start): only now that this
     # process has handlers of its own can it take them; one that came meanwhile arrives here.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
@@ -121,11 +121,11 @@ class Supervisor:
                     os.kill(slot.process.pid, signum)
 
     def _on_signal(self, signum: int, count: int) -> None:
-        """In a helper thread (see django_sqlq._stopsignals), for every SIGTERM/SIGINT: stop
+        """In a helper thread (see django_sqlq.worker.signals), for every SIGTERM/SIGINT: stop
         restarting children and pass the signal on (a second one forces their exit)."""
         self.signals_received = count
         if count == 1:
-            logger.info("Supervisor received %s: stopping workers", _stopsignals.name(signum))
+            logger.info("Supervisor received %s: stopping workers", stopsignals.name(signum))
         self.stop_event.set()
         self._forward(signum)
 
@@ -133,7 +133,7 @@ class Supervisor:
         """Run until stopped (or, with ``burst``, until every child has drained the queue).
         Returns 0 when every child exited cleanly the last time, else 1."""
         self.slots = [_Slot(index=i) for i in range(self.processes)]
-        previous = _stopsignals.install(self._on_signal)
+        previous = stopsignals.install(self._on_signal)
         try:
             for slot in self.slots:
                 self._start(slot)
@@ -146,7 +146,7 @@ class Supervisor:
                 if alive == 0:
                     break
         finally:
-            _stopsignals.restore(previous)
+            stopsignals.restore(previous)
         codes = [slot.exit_codes[-1] for slot in self.slots if slot.exit_codes]
         return 0 if all(code == 0 for code in codes) else 1
 

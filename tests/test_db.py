@@ -261,7 +261,7 @@ def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():
 
 
 def test_a_worker_tidies_after_many_claims(monkeypatch):
-    from django_sqlq import worker as worker_module
+    from django_sqlq.worker.maintenance import tidier as worker_module
 
     monkeypatch.setattr(worker_module, "TIDY_EVERY", 20)
     tidied = []

@@ -1,0 +1,260 @@
+"""The completer: writes the outcome of each attempt (River's batching completer).
+
+Completed attempts are buffered by the runner threads (``pending``) and written by the main
+thread in one statement (``flush``): when FLUSH_BATCH have gathered, when the oldest has
+waited FLUSH_INTERVAL, when nothing else is running, or when forced. When the database
+refuses a batch (not a lost connection: those are retried), the completions are written
+one by one, and the one it refuses is recorded as its attempt's error. Failed attempts
+are written at once (``record_failure``), retried or failed by their attempts. Every
+write is fenced by worker id and attempt: an outcome for a job this worker no longer
+holds changes nothing and is logged as lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from django.db import DatabaseError
+
+from django_sqlq import lifecycle, registry
+from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.exceptions import JobInterruptedError
+from django_sqlq.models import JobStatus
+from django_sqlq.worker.hooks import call_hook, job_context
+from django_sqlq.worker.retry import reset_connection, with_retry
+
+if TYPE_CHECKING:
+    from django_sqlq.worker.core import Worker
+
+logger = logging.getLogger("django_sqlq.worker")
+job_logger = logging.getLogger("django_sqlq.worker.jobs")
+
+FLUSH_BATCH = 100
+FLUSH_INTERVAL = 0.01
+
+
+class Done(NamedTuple):
+    """A completed attempt, not yet written."""
+
+    job: ClaimedJob
+    result: Any
+    handler: registry.Handler
+    elapsed: float
+
+
+class Completer:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.worker_id = worker.worker_id
+        self.database = worker.database
+        self.held = worker.held
+        # Completed attempts not yet written. The runners append to it under ``lock`` (and
+        # set ``since`` for the first), inline in RunnerPool._process.
+        self.pending: list[Done] = []
+        self.since = 0.0  # time.monotonic() when the oldest of them was added
+        self.lock = threading.Lock()
+        self.jobs_done = 0
+        self.jobs_failed = 0  # failed attempts, retried or not
+        self.jobs_retried = 0  # failed attempts that will be retried
+
+    def flush(self, *, force: bool = False, idle: bool = False) -> None:
+        """Write the buffered completions if it is time; ``idle``: nothing is running."""
+        with self.lock:
+            if not self.pending:
+                return
+            if not (
+                force
+                or idle
+                or len(self.pending) >= FLUSH_BATCH
+                or time.monotonic() - self.since >= FLUSH_INTERVAL
+            ):
+                return
+            batch, self.pending = self.pending, []
+        self.write(batch)
+
+    def write(self, batch: list[Done]) -> None:
+        try:
+            written = set(self._complete(batch))
+        except DatabaseError as exc:
+            if self.worker.forced:
+                raise
+            # Not a lost connection (those are retried): the database refuses the write.
+            # Find the completion it refuses, and record that as its attempt's error, rather
+            # than losing the whole batch (and the worker's main thread) to one row.
+            if len(batch) > 1:
+                logger.warning(
+                    "Worker %s: writing %d completions failed (%s: %s); writing them one by one",
+                    self.worker_id,
+                    len(batch),
+                    type(exc).__name__,
+                    exc,
+                )
+                for item in batch:
+                    self.write([item])
+                return
+            try:
+                self.record_failure(batch[0].job, lifecycle.ErrorInfo.from_exception(exc))
+            except DatabaseError:
+                logger.exception(
+                    "Worker %s: could not record the outcome of job id=%s; it will be "
+                    "retried once its lease runs out",
+                    self.worker_id,
+                    batch[0].job.id,
+                )
+            return
+        self.held.discard(item.job.id for item in batch)
+        log = job_logger.isEnabledFor(logging.INFO)
+        for item in batch:
+            job = item.job
+            if job.id not in written:
+                self.lost(job)
+                continue
+            self.jobs_done += 1
+            if log:
+                job_logger.info(
+                    "Job id=%s type=%s completed in %.3fs attempt=%d",
+                    job.id,
+                    job.type,
+                    item.elapsed,
+                    job.attempts,
+                )
+            if item.handler.on_finish is not None:
+                call_hook(
+                    self.worker_id,
+                    item.handler.on_finish,
+                    job_context(job, self.worker_id, self.database),
+                    JobStatus.COMPLETED,
+                    item.result,
+                )
+
+    def _complete(self, batch: list[Done]) -> list[int]:
+        return with_retry(
+            self.worker,
+            "complete",
+            lambda: lifecycle.complete(
+                self.database,
+                [Finished(item.job.id, item.job.attempts, item.result) for item in batch],
+                worker_id=self.worker_id,
+                now=self.worker.now(),
+            ),
+        )
+
+    def record_failure(
+        self, job: ClaimedJob, error: lifecycle.ErrorInfo, *, retry: bool = True
+    ) -> str | None:
+        """Write a failed attempt at once. Returns the job's new status, or None if lost."""
+        worker = self.worker
+        retry_in = worker.backoff(job.attempts) if retry else None
+
+        def write() -> str | None:
+            return lifecycle.fail_or_retry(
+                self.database,
+                job,
+                error,
+                worker_id=self.worker_id,
+                retry_in=retry_in,
+                now=worker.now(),
+            )
+
+        try:
+            try:
+                status = with_retry(worker, "fail", write)
+            except DatabaseError as exc:
+                if worker.forced:
+                    raise
+                # A handler can leave its connection (this thread's) in a session state that
+                # refuses the queue's writes: SET search_path, SET
+                # default_transaction_read_only, PRAGMA query_only... A new connection has
+                # none of it; without one, every later job of this thread lost its outcome.
+                logger.warning(
+                    "Worker %s: could not record the failure of job id=%s (%s: %s); "
+                    "retrying on a new database connection",
+                    self.worker_id,
+                    job.id,
+                    type(exc).__name__,
+                    exc,
+                )
+                reset_connection(self.database)
+                status = with_retry(worker, "fail", write)
+        finally:
+            self.held.discard([job.id])
+        if status is None:
+            self.lost(job)
+            return None
+        self.jobs_failed += 1
+        if status != JobStatus.FAILED:
+            self.jobs_retried += 1
+        if status == JobStatus.SCHEDULED and retry_in is not None:
+            worker.staging.retry_scheduled(retry_in)
+        if status == JobStatus.FAILED:
+            logger.error(
+                "Job id=%s type=%s failed for good after attempt %d/%d: %s: %s",
+                job.id,
+                job.type,
+                job.attempts,
+                job.max_attempts,
+                error.exception_class,
+                error.message,
+            )
+        else:
+            logger.warning(
+                "Job id=%s type=%s attempt %d/%d failed (%s: %s); retry in %.1fs",
+                job.id,
+                job.type,
+                job.attempts,
+                job.max_attempts,
+                error.exception_class,
+                error.message,
+                retry_in,
+            )
+        return status
+
+    def record_interrupted(self, running: list[ClaimedJob]) -> None:
+        """After a forced stop: record each running job's attempt as failed at once (retried
+        or failed by its attempts), rather than leaving it to its lease. Fenced by worker
+        and attempt, like every outcome: a job this worker no longer holds is left alone."""
+        recorded = 0
+        for job in running:
+            error = lifecycle.ErrorInfo.from_exception(
+                JobInterruptedError(f"interrupted by a forced stop of worker {self.worker_id}")
+            )
+            try:
+                status = self.record_failure(job, error)
+            except Exception as exc:  # the database is gone: the lease is the fallback
+                logger.warning(
+                    "Worker %s could not record the interrupted job id=%s (%s: %s): left to "
+                    "its lease",
+                    self.worker_id,
+                    job.id,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            if status is None:
+                continue
+            recorded += 1
+            try:
+                handler = registry.get(job.type)
+            except Exception:  # noqa: S112 - no handler: no hook to call
+                continue
+            context = job_context(job, self.worker_id, self.database)
+            call_hook(self.worker_id, handler.on_finish, context, status, error)
+        logger.warning(
+            "Worker %s forced to stop: %d running job(s) interrupted, %d recorded at once%s",
+            self.worker_id,
+            len(running),
+            recorded,
+            "" if recorded == len(running) else " (the others are left to lease expiry)",
+        )
+
+    def lost(self, job: ClaimedJob) -> None:
+        logger.warning(
+            "Job id=%s type=%s attempt=%d: outcome not recorded, this worker no longer holds "
+            "the job (its lease expired and another worker or an operator took it over)",
+            job.id,
+            job.type,
+            job.attempts,
+        )

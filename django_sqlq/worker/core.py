@@ -1,0 +1,257 @@
+"""The worker: ``Worker`` composes the parts that claim jobs, run their handlers, write
+their outcomes and keep their leases alive, and runs them until stopped.
+
+Threads, each with its own database connection:
+
+- the main thread runs the claimer's loop (``claimer``): it claims up to as many jobs as
+  there are free slots, in one statement, puts them in the runner pool's inbox, and has
+  the completer (``completer``) write the completions the runners buffered;
+- ``concurrency`` runner threads (``pool``) run handlers (``invoke``) and write each failed
+  attempt at once (fenced by worker id and attempt number);
+- the maintenance services (``maintenance``): the heartbeat renews the leases of all the
+  jobs this worker holds in one statement (until the last running job is finished, also
+  after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs.
+
+Signal handlers (``signals``) only set an event. On stop the worker claims nothing more,
+lets running jobs finish, gives back jobs it claimed but did not start, and returns. A
+second signal gives back the unstarted jobs, records each interrupted attempt as failed at
+once (retried or failed by its attempts, fenced like every outcome; a job whose outcome
+cannot be written is left to its lease), and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from django.db import DatabaseError, connections
+
+from django_sqlq import lifecycle, registry, validation
+from django_sqlq.conf import Settings, get_settings
+from django_sqlq.models import WorkerProcess
+from django_sqlq.worker.claimer import Claimer
+from django_sqlq.worker.completer import Completer
+from django_sqlq.worker.maintenance import Heartbeat, HeldJobs, Reaper, Service, Tidier
+from django_sqlq.worker.pool import RunnerPool
+from django_sqlq.worker.signals import ForcedStop, worker_signals
+from django_sqlq.worker.staging import Stager
+from django_sqlq.worker.startup import WorkerError, check_ready, unreachable
+
+logger = logging.getLogger("django_sqlq.worker")
+# A line per job (started: DEBUG, finished: INFO). sqlq_worker shows them from -v 2; at the
+# default verbosity a summary line every SUMMARY_INTERVAL seconds stands in for them.
+job_logger = logging.getLogger("django_sqlq.worker.jobs")
+
+Clock = Callable[[], datetime]
+
+__all__ = ["Clock", "Worker", "WorkerError", "default_worker_id", "unreachable"]
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Runs jobs from the queue database until stopped (or, with ``burst``, until idle)."""
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        exclude_queues: Sequence[str] = (),
+        all_queues: bool = False,
+        concurrency: int = 1,
+        poll_interval: float | None = None,
+        database: str | None = None,
+        worker_id: str | None = None,
+        max_jobs: int | None = None,
+        lease_seconds: float | None = None,
+        clock: Clock | None = None,
+        backoff: Callable[[int], float] | None = None,
+        settings: Settings | None = None,
+        on_ready: Callable[[Worker], None] | None = None,
+    ) -> None:
+        conf = settings or get_settings()
+        self.on_ready = on_ready
+        self.conf = conf
+        self.database = database or conf.DATABASE
+        # None serves every queue (the tasks backend's "*"), less exclude_queues.
+        self.queues: tuple[str, ...] | None = (
+            None if all_queues else tuple(queues) if queues is not None else conf.QUEUES
+        )
+        self.exclude_queues = tuple(exclude_queues)
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.concurrency = concurrency
+        self.poll_interval = validation.seconds(
+            "poll_interval",
+            poll_interval if poll_interval is not None else conf.POLL_INTERVAL,
+            maximum=validation.MAX_INTERVAL_SECONDS,
+            allow_zero=True,
+            error=ValueError,
+        )
+        self.worker_id = (
+            validation.check_worker_id(worker_id) if worker_id else default_worker_id()
+        )
+        self.max_jobs = max_jobs
+        self.lease_seconds = validation.seconds(
+            "lease_seconds",
+            lease_seconds if lease_seconds is not None else conf.LEASE_SECONDS,
+            maximum=validation.MAX_INTERVAL_SECONDS,
+            error=ValueError,
+        )
+        self.clock = clock
+        if backoff is None:
+            conf.backoff_function()  # a policy that cannot be imported: an error at start
+        self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
+
+        self.stop_event = threading.Event()
+        self.wakeup = threading.Event()
+        self.forced = False  # a second signal: writes are tried once, running jobs abandoned
+
+        # The parts, each in a module of its own (see the package docstring).
+        self.held = HeldJobs()
+        self.staging = Stager(self)
+        self.completer = Completer(self)
+        self.pool = RunnerPool(self)
+        self.tidier = Tidier(self)
+        self.reaper = Reaper(self)
+        self.heartbeat = Heartbeat(self)
+        self.claimer = Claimer(self)
+        # Maintenance started with the runners, stopped once they are done: the slot for
+        # the pruner and the recurring-job scheduler.
+        self.services: list[Service] = [self.heartbeat]
+
+    @property
+    def jobs_claimed(self) -> int:
+        return self.claimer.jobs_claimed
+
+    @property
+    def claims(self) -> int:
+        """Claim statements run."""
+        return self.claimer.claims
+
+    @property
+    def jobs_done(self) -> int:
+        return self.completer.jobs_done
+
+    @property
+    def jobs_failed(self) -> int:
+        """Failed attempts, retried or not."""
+        return self.completer.jobs_failed
+
+    @property
+    def jobs_retried(self) -> int:
+        """Failed attempts that will be retried."""
+        return self.completer.jobs_retried
+
+    def now(self) -> datetime | None:
+        """The injected clock, or None: the database's clock."""
+        return self.clock() if self.clock is not None else None
+
+    def stop(self) -> None:
+        """Ask the worker to stop gracefully (what SIGTERM does). Safe from any thread."""
+        self.stop_event.set()
+        self.wakeup.set()
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    def run(self, *, burst: bool = False, install_signal_handlers: bool = True) -> int:
+        """Work until stopped; with ``burst``, until no runnable job is left. Returns the
+        number of jobs this worker finished (completed or failed attempts)."""
+        self._check_ready()
+        registry.autodiscover()
+        logger.info(
+            "Worker %s starting: queues=%s concurrency=%d database=%s",
+            self.worker_id,
+            ",".join(self.queues) if self.queues is not None else "*",
+            self.concurrency,
+            self.database,
+        )
+        self._register()
+        self.pool.start()
+        for service in self.services:
+            service.start()
+        signals = worker_signals(self) if install_signal_handlers else contextlib.nullcontext()
+        forced = False
+        try:
+            with signals:
+                try:
+                    self.reaper.reap()
+                    self.claimer.summary.start()
+                    if self.on_ready is not None:
+                        self.on_ready(self)  # sqlq_worker prints the ready line itself
+                    else:
+                        logger.info("Worker %s ready", self.worker_id)
+                    self.claimer.loop(burst=burst)
+                finally:
+                    # Claim nothing more; give back what was claimed and not started, wait
+                    # for the running jobs. Not after a second signal: it may have arrived
+                    # before this point (still in the loop), and waiting for the running
+                    # jobs is what it cancels; the except clause below does the rest.
+                    self.stop_event.set()
+                    if not self.forced:
+                        self.claimer.release_unstarted()
+                        self.pool.stop()
+                        self.completer.flush(force=True)
+                        self.tidier.join()
+        except ForcedStop:
+            forced = True
+            self.forced = True  # from here on, database writes are tried once, not retried
+            self.claimer.release_unstarted()
+            try:
+                # Finished jobs are not lost, if the database answers.
+                self.completer.flush(force=True)
+            except DatabaseError:
+                logger.exception("Worker %s could not record finished jobs", self.worker_id)
+        finally:
+            self.stop_event.set()
+            for service in self.services:
+                service.stop()
+            if not forced:
+                for service in self.services:
+                    service.join(timeout=5)
+            else:
+                # Out of the except clause: the tasks framework's task_finished logging
+                # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
+                self.completer.record_interrupted(list(self.pool.running.values()))
+            self._unregister()
+            connections.close_all()
+        logger.info(
+            "Worker %s stopped: %d done, %d failed, %d retried",
+            self.worker_id,
+            self.jobs_done,
+            self.jobs_failed - self.jobs_retried,
+            self.jobs_retried,
+        )
+        return self.jobs_done + self.jobs_failed
+
+    def _check_ready(self) -> None:
+        """Raise WorkerError unless this worker can start (sqlq_worker --processes checks
+        once, before starting any child)."""
+        check_ready(self.database)
+
+    def _register(self) -> None:
+        try:
+            WorkerProcess.objects.using(self.database).register(
+                self.worker_id,
+                queues=list(self.queues) if self.queues is not None else ["*"],
+                concurrency=self.concurrency,
+            )
+        except DatabaseError as exc:
+            logger.warning("Worker %s could not register itself: %s", self.worker_id, exc)
+
+    def _unregister(self) -> None:
+        try:
+            WorkerProcess.objects.using(self.database).deregister(
+                self.worker_id, jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
+            )
+        except DatabaseError as exc:
+            logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)

@@ -1,0 +1,228 @@
+"""Running one handler in a runner thread, and what it leaves behind.
+
+Owns: the runner thread's event loop (made once, reused by every async handler, leftover
+tasks cancelled after each job); a handler's timeout (a helper thread abandoned at the
+deadline, its database statement interrupted); and the checks after each handler: no
+transaction left open (Django does the same after each request), whether it changed a
+context variable (a language or time zone activated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import asgiref
+from django.db import connections
+
+from django_sqlq.db import has_uncommitted_writes, interrupt_statement
+from django_sqlq.exceptions import JobTimeoutError, TransactionLeftOpenError
+
+logger = logging.getLogger("django_sqlq.worker")
+
+
+thread_state = threading.local()
+
+
+def context_changed(before: contextvars.Context) -> bool:
+    """Whether this thread's context variables differ from ``before`` (a copy_context()
+    taken earlier): whether the handler that ran in between activated a language or a time
+    zone (asgiref's Local keeps them in a context variable) or set any other. The comparison
+    is the C one of two contexts: values the same objects compare equal at once. asgiref
+    before 3.9 changes its Local's dict in place, which no comparison sees: there, always."""
+    if not _LOCALS_COPY_ON_WRITE:
+        return True
+    try:
+        return contextvars.copy_context() != before
+    except Exception:  # a changed value whose __eq__ raised
+        return True
+
+
+def _asgiref_copies_on_write() -> bool:
+    try:
+        major, minor = (int(part) for part in asgiref.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (3, 9)
+
+
+_LOCALS_COPY_ON_WRITE = _asgiref_copies_on_write()
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """This runner thread's event loop, made once and reused for every async handler."""
+    loop: asyncio.AbstractEventLoop | None = getattr(thread_state, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        thread_state.loop = loop
+    return loop
+
+
+def close_event_loop() -> None:
+    loop: asyncio.AbstractEventLoop | None = getattr(thread_state, "loop", None)
+    if loop is not None and not loop.is_closed():
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def invoke(
+    func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, *, is_async: bool
+) -> Any:
+    if is_async:
+        if timeout is None:
+            loop = _event_loop()
+            try:
+                return loop.run_until_complete(func(*args))
+            finally:
+                _cancel_leftover_tasks(loop)
+        # asyncio.wait_for alone cannot stop a coroutine that blocks its loop (time.sleep,
+        # a synchronous client): it never yields. So a timed coroutine runs on a loop of its
+        # own in a helper thread, abandoned at the timeout like a timed sync handler.
+        return _call_with_timeout(_run_timed_coroutine, (func, args, timeout), timeout)
+    if timeout is None:
+        return func(*args)
+    return _call_with_timeout(func, args, timeout)
+
+
+LEFTOVER_TASKS_GRACE = 1.0
+
+
+def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a job left on its thread's loop, as ``asyncio.run`` does when its
+    coroutine returns: without it, a task a handler started and never awaited (a periodic
+    flusher, a fire-and-forget call) ran on during every later async job of the thread,
+    one more per job. A task that ignores its cancellation is given
+    ``LEFTOVER_TASKS_GRACE`` seconds, then left to the loop."""
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    with contextlib.suppress(Exception):
+        done, _ = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_TASKS_GRACE))
+        for task in done:  # retrieved: no "exception was never retrieved" at collection
+            if not task.cancelled():
+                task.exception()
+
+
+def _run_timed_coroutine(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+    """Run the async handler ``func`` on a new event loop, cancelled at ``timeout`` if it
+    yields to the loop by then (its ``finally`` blocks run)."""
+
+    async def timed() -> Any:
+        return await asyncio.wait_for(func(*args), timeout)
+
+    try:
+        return asyncio.run(timed())
+    except TimeoutError as exc:
+        raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
+
+
+def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+    """Run ``func`` in a helper thread and give up waiting after ``timeout`` seconds.
+
+    A thread cannot be killed: the abandoned call runs on, but its job is already failed
+    (or retried), and nothing it returns is recorded.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        box["connections"] = [connections[alias] for alias in connections]  # this thread's
+        try:
+            box["result"] = func(*args)
+            check_connections()  # in this thread: the handler's connections are its own
+        except BaseException as exc:
+            tidy_connections()
+            box["error"] = exc
+        finally:
+            connections.close_all()
+            done.set()
+
+    thread = threading.Thread(target=target, name="sqlq-timed-job", daemon=True)
+    thread.start()
+    if not done.wait(timeout):
+        _interrupt_queries(box.get("connections", ()))
+        raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s and was abandoned")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def _interrupt_queries(wrappers: Iterable[Any]) -> None:
+    """Stop the statement an abandoned call is waiting on, if it waits in a database (the
+    usual way a job hangs: a lock wait, a slow query). Without it the call kept its
+    connection, its transaction and its locks for as long as the statement ran: one more
+    PostgreSQL backend per timed-out attempt. Best effort: a call between statements runs on."""
+    for wrapper in wrappers:
+        interrupt_statement(wrapper)
+
+
+def tidy_connections() -> list[str]:
+    """After a handler returned or raised, in the thread that ran it, do what Django does
+    after each request: leave no transaction open. A connection the handler left inside an
+    atomic block, or with autocommit off, is closed (the database rolls back what it had
+    not committed, and on SQLite releases the write lock); a broken one is dropped.
+
+    Returns a description of each connection whose uncommitted writes were lost that way:
+    the attempt cannot count as a success (see TransactionLeftOpenError).
+    """
+    lost: list[str] = []
+    # The runner threads list their connection wrappers once, in thread_state: reading
+    # them back from Django's per-thread storage costs more than the rest of this check.
+    known: list[Any] | None = getattr(thread_state, "connections", None)
+    for connection in known if known is not None else connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue  # never opened, or closed by the handler: the next use reconnects
+        try:
+            if connection.in_atomic_block or not connection.autocommit:
+                what = (
+                    "an atomic block it did not exit"
+                    if connection.in_atomic_block
+                    else "autocommit turned off"
+                )
+                if has_uncommitted_writes(connection):
+                    lost.append(f"{connection.alias!r} ({what})")
+                else:
+                    logger.warning(
+                        "A handler left a transaction open on database %r (%s) without "
+                        "writes; it was rolled back",
+                        connection.alias,
+                        what,
+                    )
+                _discard(connection)
+            elif connection.errors_occurred and not connection.is_usable():
+                connection.close()
+        except Exception:
+            _discard(connection)
+    return lost
+
+
+def _discard(connection: Any) -> None:
+    """Close ``connection`` whatever state the handler left it in; the next use opens a
+    fresh one (connect() resets autocommit and the atomic state)."""
+    connection.in_atomic_block = False
+    connection.savepoint_ids = []
+    connection.atomic_blocks = []
+    connection.needs_rollback = False
+    connection.closed_in_transaction = False
+    with contextlib.suppress(Exception):
+        connection.close()
+    connection.connection = None
+
+
+def check_connections() -> None:
+    """tidy_connections, raising TransactionLeftOpenError if uncommitted writes were lost."""
+    lost = tidy_connections()
+    if lost:
+        raise TransactionLeftOpenError(
+            f"The handler returned with a transaction open on database {', '.join(lost)}; "
+            "its uncommitted writes were rolled back, so this attempt failed. Commit them "
+            "(use `with transaction.atomic():`, and turn autocommit back on after "
+            "set_autocommit(False))."
+        )

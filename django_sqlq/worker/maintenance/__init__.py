@@ -1,0 +1,19 @@
+"""The worker's maintenance duties, one module each (River's ``internal/maintenance/``).
+
+- ``heartbeat``: renews the leases of the jobs this worker holds (``HeldJobs``) and its
+  row in the workers table; runs the reaper.
+- ``reaper``: returns expired leases (of dead workers) to the queue.
+- ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
+- ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
+
+A new duty (the pruner of finished jobs, the recurring-job scheduler) is a
+``PeriodicService`` in a module of its own here, listed in ``Worker.services``: the worker
+starts these with its runners and stops them once the runners are done.
+"""
+
+from django_sqlq.worker.maintenance.heartbeat import Heartbeat, HeldJobs
+from django_sqlq.worker.maintenance.reaper import Reaper
+from django_sqlq.worker.maintenance.service import PeriodicService, Service
+from django_sqlq.worker.maintenance.tidier import Tidier
+
+__all__ = ["Heartbeat", "HeldJobs", "PeriodicService", "Reaper", "Service", "Tidier"]

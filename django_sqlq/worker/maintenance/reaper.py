@@ -1,0 +1,45 @@
+"""The reaper: returns the jobs whose lease ran out (their worker died, or lost its
+database) to pending, or fails them when their attempts are spent. Any worker does it:
+once as it starts, then from the heartbeat's thread."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError
+
+from django_sqlq import lifecycle
+from django_sqlq.db import is_missing_table
+from django_sqlq.worker.retry import reset_connection
+
+if TYPE_CHECKING:
+    from django_sqlq.worker.core import Worker
+
+logger = logging.getLogger("django_sqlq.worker")
+
+
+class Reaper:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def reap(self) -> None:
+        worker = self.worker
+        try:
+            reaped = lifecycle.reap(worker.database, now=worker.now())
+        except DatabaseError as exc:
+            if is_missing_table(exc):
+                raise
+            logger.warning("Worker %s: reaping expired leases failed: %s", worker.worker_id, exc)
+            reset_connection(worker.database)
+            return
+        for job_id, job_type, status, attempts in reaped:
+            logger.warning(
+                "Job id=%s type=%s: lease expired during attempt %d; now %s",
+                job_id,
+                job_type,
+                attempts,
+                status,
+            )
+        if reaped:
+            worker.wake()

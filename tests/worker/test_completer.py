@@ -1,0 +1,164 @@
+"""The completer (django_sqlq.worker.completer): when a batch of completions is written,
+and what happens when the database refuses one of them. No threads: the test calls what
+the runners and the main loop call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from django_sqlq import bulk_enqueue, lifecycle, registry
+from django_sqlq.db.base import ClaimedJob
+from django_sqlq.models import Job, JobStatus
+from django_sqlq.worker import Worker
+from django_sqlq.worker.completer import FLUSH_BATCH, FLUSH_INTERVAL, Completer, Done
+
+
+def fake_job(job_id: int) -> ClaimedJob:
+    return ClaimedJob(
+        id=job_id, queue="default", type="tests.noop", payload="{}", attempts=1,
+        max_attempts=3, timeout=None, priority=0, scheduled_at=None,
+    )  # fmt: skip
+
+
+def noop_handler() -> registry.Handler:
+    registry.autodiscover()  # as the worker does at start
+    return registry.get("tests.noop")
+
+
+@pytest.fixture
+def written(monkeypatch) -> Iterator[tuple[Completer, list[list[Done]]]]:
+    completer = Worker().completer
+    batches: list[list[Done]] = []
+    monkeypatch.setattr(completer, "write", batches.append)
+    yield completer, batches
+
+
+def add(completer: Completer, count: int) -> None:
+    handler = noop_handler()
+    for i in range(count):
+        if not completer.pending:  # as the runners do (RunnerPool._process)
+            completer.since = time.monotonic()
+        completer.pending.append(Done(fake_job(i), None, handler, 0.0))
+
+
+def test_nothing_to_write_writes_nothing(written):
+    completer, batches = written
+    completer.flush(force=True, idle=True)
+    assert batches == []
+
+
+def test_a_fresh_completion_waits_while_other_jobs_run(written):
+    completer, batches = written
+    add(completer, 1)
+    completer.flush()
+    assert batches == [] and len(completer.pending) == 1
+
+
+def test_completions_are_written_when_nothing_else_runs(written):
+    completer, batches = written
+    add(completer, 2)
+    completer.flush(idle=True)
+    assert [len(batch) for batch in batches] == [2] and completer.pending == []
+
+
+def test_a_full_batch_is_written_at_once(written):
+    completer, batches = written
+    add(completer, FLUSH_BATCH - 1)
+    completer.flush()
+    assert batches == []
+    add(completer, 1)
+    completer.flush()
+    assert [len(batch) for batch in batches] == [FLUSH_BATCH]
+
+
+def test_completions_are_written_once_the_oldest_waited_the_flush_interval(written):
+    completer, batches = written
+    add(completer, 1)
+    add(completer, 1)
+    completer.since = time.monotonic() - FLUSH_INTERVAL  # the first one's time
+    completer.flush()
+    assert [len(batch) for batch in batches] == [2]
+
+
+def test_a_forced_flush_writes_whatever_is_there(written):
+    completer, batches = written
+    add(completer, 1)
+    completer.flush(force=True)
+    assert [len(batch) for batch in batches] == [1]
+
+
+@pytest.fixture
+def refuse_marked_results() -> Iterator[None]:
+    """A trigger that makes the database refuse a completion whose result holds
+    "refuse-me" (as it would refuse a value it cannot store)."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION sqlq_test_refuse() RETURNS trigger AS $$ BEGIN "
+                "IF NEW.result::text LIKE '%refuse-me%' THEN "
+                "RAISE EXCEPTION 'refused by a test trigger'; END IF; RETURN NEW; END $$ "
+                "LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                f"CREATE TRIGGER sqlq_test_refuse BEFORE UPDATE ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION sqlq_test_refuse()"
+            )
+        else:
+            cursor.execute(
+                f"CREATE TRIGGER sqlq_test_refuse BEFORE UPDATE ON {table} "
+                "WHEN NEW.result LIKE '%refuse-me%' "
+                "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
+            )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER sqlq_test_refuse ON {table}"
+                           if connection.vendor == "postgresql"
+                           else "DROP TRIGGER sqlq_test_refuse")  # fmt: skip
+            if connection.vendor == "postgresql":
+                cursor.execute("DROP FUNCTION sqlq_test_refuse()")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_completion_fails_its_attempt_and_the_others_are_written(
+    refuse_marked_results,
+):
+    worker = Worker(worker_id="w-completer", backoff=lambda attempts: 0)
+    jobs = bulk_enqueue("tests.noop", [{}, {}, {}])
+    claimed = lifecycle.claim(
+        "default", queues=None, worker_id="w-completer", limit=3, lease_seconds=60
+    )
+    worker.held.add(job.id for job in claimed)
+    first, refused, last = sorted(claimed, key=lambda job: job.id)
+    handler = noop_handler()
+    worker.completer.write([
+        Done(first, {"n": 1}, handler, 0.0),
+        Done(refused, "refuse-me", handler, 0.0),
+        Done(last, {"n": 3}, handler, 0.0),
+    ])  # fmt: skip
+    rows = {job.id: job for job in Job.objects.filter(id__in=[job.id for job in jobs])}
+    assert rows[first.id].status == JobStatus.COMPLETED and rows[first.id].result == {"n": 1}
+    assert rows[last.id].status == JobStatus.COMPLETED and rows[last.id].result == {"n": 3}
+    assert rows[refused.id].status == JobStatus.PENDING  # retried: its attempt failed
+    assert "refused by a test trigger" in rows[refused.id].last_error
+    assert (worker.jobs_done, worker.jobs_failed, worker.jobs_retried) == (2, 1, 1)
+    assert worker.held.sorted() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_completion_for_a_job_this_worker_no_longer_holds_changes_nothing():
+    worker = Worker(worker_id="w-late")
+    bulk_enqueue("tests.noop", [{}])
+    (job,) = lifecycle.claim(
+        "default", queues=None, worker_id="w-other", limit=1, lease_seconds=60
+    )
+    worker.completer.write([Done(job, 1, noop_handler(), 0.0)])
+    row = Job.objects.get(id=job.id)
+    assert (row.status, row.locked_by) == (JobStatus.PROCESSING, "w-other")
+    assert worker.jobs_done == 0
