@@ -140,7 +140,8 @@ def idle_wakeups(peer):
             "default", queues=QUEUES, worker_id="idle", limit=8, lease_seconds=60, turn=k
         )
         t1 = time.perf_counter()
-        assert not jobs and (due is None or due > 0)
+        assert not jobs
+        assert due is None or due > 0
         if k >= 20:
             timings.append((t1 - t0) * 1e6)
     return {"median_us": statistics.median(timings), "p95_us": common.percentile(timings, 95)}

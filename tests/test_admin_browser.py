@@ -132,7 +132,8 @@ def test_an_operator_finds_a_failed_job_retries_it_and_watches_it_complete(
     job = enqueue("tests.record", {"n": 1, "path": str(uploads / "done.txt")}, max_attempts=1)
     Worker(poll_interval=0.05).run(burst=True, install_signal_handlers=False)
     job.refresh_from_db()
-    assert job.status == JobStatus.FAILED and "FileNotFoundError" in job.last_error
+    assert job.status == JobStatus.FAILED
+    assert "FileNotFoundError" in job.last_error
 
     # Log in.
     page.goto(f"{live_server.url}/admin/")

@@ -33,7 +33,8 @@ def test_enqueue_writes_a_pending_job():
     assert stored.attempts == 0
     assert stored.max_attempts == 5
     assert stored.queue == "default"
-    assert stored.scheduled_at is not None and stored.created_at is not None
+    assert stored.scheduled_at is not None
+    assert stored.created_at is not None
     # The returned instance carries what the database filled in.
     assert job.scheduled_at == stored.scheduled_at
 
@@ -82,7 +83,8 @@ def test_cross_database_enqueue_waits_for_the_callers_commit():
         assert not Job.objects.using("other").exists()
         assert job.pk is None
     stored = Job.objects.using("other").get()
-    assert stored.pk == job.pk and stored.payload == {"n": 1}
+    assert stored.pk == job.pk
+    assert stored.payload == {"n": 1}
     assert not Job.objects.using("default").exists()
 
 
@@ -173,7 +175,8 @@ def test_bad_type_names_are_refused(name):
 
 
 def test_errors_subclass_the_matching_builtins():
-    assert issubclass(PayloadError, TypeError) and issubclass(PayloadError, ValueError)
+    assert issubclass(PayloadError, TypeError)
+    assert issubclass(PayloadError, ValueError)
     assert issubclass(UnknownQueueError, ValueError)
     assert issubclass(UnknownHandlerError, LookupError)
 
@@ -223,7 +226,8 @@ def test_bulk_enqueue_refuses_one_payload_where_the_list_goes(payloads):
 
 def test_bulk_enqueue_takes_any_iterable_of_payloads():
     jobs = bulk_enqueue("tests.echo", ({"n": n} for n in range(3)))
-    assert len(jobs) == 3 and len(bulk_enqueue("tests.echo", ())) == 0
+    assert len(jobs) == 3
+    assert len(bulk_enqueue("tests.echo", ())) == 0
     assert sorted(Job.objects.values_list("payload__n", flat=True)) == [0, 1, 2]
 
 

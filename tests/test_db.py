@@ -27,7 +27,8 @@ def test_claim_is_one_update_returning():
     assert len(claimed) == 3
     assert len(queries) == 1
     sql = queries[0]["sql"].upper()
-    assert sql.startswith("UPDATE") and "RETURNING" in sql
+    assert sql.startswith("UPDATE")
+    assert "RETURNING" in sql
     if connection.vendor == "postgresql":
         assert "FOR UPDATE SKIP LOCKED" in sql
     assert Job.objects.filter(status=JobStatus.PROCESSING, locked_by="w").count() == 3
@@ -218,7 +219,8 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
             "default", [Finished(job.id, job.attempts, result) for job in claimed], worker_id="w"
         )
     stored = Job.objects.filter(pk__in=[job.id for job in claimed]).values_list("status", "result")
-    assert list(stored) == [("completed", result)] * len(claimed) and len(claimed) == 100
+    assert list(stored) == [("completed", result)] * len(claimed)
+    assert len(claimed) == 100
     sql = queries[0]["sql"]
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
@@ -239,11 +241,13 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
 def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():
     ops = ops_for("default")
     if connection.vendor != "postgresql":
-        assert not ops.needs_tidy and ops.tidy() is False  # SQLite leaves no dead entries
+        assert not ops.needs_tidy
+        assert ops.tidy() is False
         return
     from django_sqlq.db.postgresql import TIDY_LOCK
 
-    assert ops.needs_tidy and ops.tidy() is True
+    assert ops.needs_tidy
+    assert ops.tidy() is True
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'sqlq_job'")
         assert cursor.fetchone()[0] >= 1
@@ -292,7 +296,8 @@ def test_delete_is_one_conditional_statement_even_with_delete_receivers():
             outcome = lifecycle.delete([waiting.pk, running.pk], alias="default")
     finally:
         post_delete.disconnect(receiver, sender=Job)
-    assert len(queries) == 1 and queries[0]["sql"].upper().startswith("DELETE")
+    assert len(queries) == 1
+    assert queries[0]["sql"].upper().startswith("DELETE")
     assert (outcome.changed, outcome.skipped) == (1, 1)
     assert list(Job.objects.values_list("pk", flat=True)) == [running.pk]
 

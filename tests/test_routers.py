@@ -37,7 +37,8 @@ def test_job_objects_reads_the_fresh_database_without_a_router():
     enqueue("tests.echo", {"n": 1})
     assert Job.objects.using("default").count() == 0
     job = Job.objects.get()
-    assert job._state.db == "other" and job.payload == {"n": 1}
+    assert job._state.db == "other"
+    assert job.payload == {"n": 1}
     assert Job.objects.pending().count() == 1  # the QuerySet's methods too
     assert run_jobs().completed == 1
     assert Job.objects.completed().get().pk == job.pk
@@ -95,8 +96,10 @@ def test_router_sends_django_sqlq_to_the_fresh_database_and_nothing_else_there()
     from tests.testapp.models import Order
 
     router = QueueRouter()
-    assert router.db_for_read(Job) == "other" and router.db_for_write(WorkerProcess) == "other"
-    assert router.db_for_read(Order) is None and router.db_for_write(Order) is None
+    assert router.db_for_read(Job) == "other"
+    assert router.db_for_write(WorkerProcess) == "other"
+    assert router.db_for_read(Order) is None
+    assert router.db_for_write(Order) is None
     assert router.allow_migrate("other", "django_sqlq", model_name="job") is True
     assert router.allow_migrate("default", "django_sqlq", model_name="job") is False
     assert router.allow_migrate("other", "auth", model_name="user") is False
@@ -120,7 +123,8 @@ def test_a_fresh_database_without_a_router_is_e010():
     messages = run_checks()
     assert ids(messages) == {"django_sqlq.E010"}
     [error] = [m for m in messages if m.id == "django_sqlq.E010"]
-    assert "'other'" in error.msg and ROUTER in error.hint
+    assert "'other'" in error.msg
+    assert ROUTER in error.hint
 
 
 @override_settings(SQLQ=ON_OTHER, DATABASE_ROUTERS=["tests.routers.OtherDatabaseRouter"])

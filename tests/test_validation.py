@@ -203,7 +203,8 @@ def test_a_backoff_policy_answer_is_bounded(answer, expected):
 def test_worker_durations_at_and_past_their_bounds():
     assert positive_float("86400") == 86400
     assert positive_float("0.001") == 0.001
-    assert interval_seconds("0") == 0 and interval_seconds("86400") == 86400
+    assert interval_seconds("0") == 0
+    assert interval_seconds("86400") == 86400
     for bad in ("0", "-1", "86400.001", "1e10", "inf", "nan"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds"):
             positive_float(bad)
@@ -240,7 +241,8 @@ def test_worker_ids_no_engine_can_store_are_refused():
     # Before: accepted; PostgreSQL then refused every claim (too long, a NUL) and the worker
     # retried forever; a lone surrogate raised a bare UnicodeEncodeError.
     longest = "w" * 255
-    assert worker_name(longest) == longest and Worker(worker_id=longest).worker_id == longest
+    assert worker_name(longest) == longest
+    assert Worker(worker_id=longest).worker_id == longest
     for bad, match in (("w" * 256, "at most 255"), ("w\x00", "NUL"), ("w\ud800", "surrogate")):
         with pytest.raises(argparse.ArgumentTypeError, match=match):
             worker_name(bad)
@@ -275,7 +277,8 @@ def test_the_tasks_backend_has_the_same_bounds():
 
 
 def test_worker_counts_at_and_past_their_bounds():
-    assert worker_count("1") == 1 and worker_count("1000") == 1000
+    assert worker_count("1") == 1
+    assert worker_count("1000") == 1000
     for bad in ("0", "1001", "1e9"):
         with pytest.raises(argparse.ArgumentTypeError):
             worker_count(bad)

@@ -121,7 +121,8 @@ def test_result_json_cannot_hold_fails_the_job():
     run_burst()
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
-    assert "PayloadError" in job.last_error and "return value" in job.last_error
+    assert "PayloadError" in job.last_error
+    assert "return value" in job.last_error
 
 
 def test_priority_order_then_schedule_then_id(tmp_path):
@@ -372,7 +373,8 @@ def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypat
     finally:
         release.set()
         registry.unregister("tests.hold_until_released")
-    assert worker.forced and running_when_stopped
+    assert worker.forced
+    assert running_when_stopped
     # Its attempt recorded as interrupted, as after any forced stop; not completed by waiting
     # for it (max_attempts 5: pending again).
     assert (job.status, job.attempts, job.locked_by) == (JobStatus.PENDING, 1, "")
@@ -412,7 +414,8 @@ def test_cancel_and_run_now_take_scheduled_jobs():
     assert lifecycle.cancel([b.pk]).changed == 1
     assert Job.objects.get(pk=b.pk).status == JobStatus.CANCELLED
     a.refresh_from_db()
-    assert a.status == JobStatus.PENDING and a.scheduled_at <= timezone.now()
+    assert a.status == JobStatus.PENDING
+    assert a.scheduled_at <= timezone.now()
     assert run_burst().jobs_done == 1
 
 

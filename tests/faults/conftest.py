@@ -214,7 +214,7 @@ def pool(spawn_worker: Callable[..., WorkerProcess]) -> Iterator[Callable[..., P
     def make(size: int, *args: str, env: dict[str, str] | None = None) -> Pool:
         return Pool(spawn_worker, size, *args, env=env)
 
-    yield make  # spawn_worker kills whatever is left at teardown
+    return make  # spawn_worker kills whatever is left at teardown
 
 
 def seconds_to_exit(

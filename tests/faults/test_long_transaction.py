@@ -85,7 +85,9 @@ def old_snapshot() -> Iterator[dict[str, object]]:
         db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         db.execute("SELECT count(*) FROM sqlq_job").fetchone()
         held = backends("SELECT count(*) FROM sqlq_job")
-        assert held and held[0]["state"] == "idle in transaction" and held[0]["backend_xmin"]
+        assert held
+        assert held[0]["state"] == "idle in transaction"
+        assert held[0]["backend_xmin"]
         yield facts
         with connections["default"].cursor() as cursor:
             cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'sqlq_job'")
