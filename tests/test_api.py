@@ -54,7 +54,8 @@ def test_enqueue_rejects_an_unregistered_function():
 
 
 def test_job_in_rolled_back_transaction_does_not_exist():
-    with pytest.raises(RuntimeError), transaction.atomic():
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic():  # noqa: PT012
         enqueue("tests.noop")
         raise RuntimeError("roll back")
     assert Job.objects.count() == 0
@@ -90,9 +91,10 @@ def test_cross_database_enqueue_waits_for_the_callers_commit():
 
 @override_settings(SQLQ={"DATABASE": "other", "QUEUES": ["default"]})
 def test_cross_database_enqueue_in_a_rolled_back_transaction_writes_nothing():
-    with pytest.raises(RuntimeError), transaction.atomic(using="default"):
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic(using="default"):  # noqa: PT012
         enqueue("tests.noop")
-        raise RuntimeError
+        raise RuntimeError("roll back")
     assert not Job.objects.using("other").exists()
 
 
@@ -232,9 +234,10 @@ def test_bulk_enqueue_takes_any_iterable_of_payloads():
 
 
 def test_bulk_enqueue_rolls_back_with_the_caller():
-    with pytest.raises(RuntimeError), transaction.atomic():
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic():  # noqa: PT012
         bulk_enqueue("tests.echo", [{"n": i} for i in range(10)])
-        raise RuntimeError
+        raise RuntimeError("roll back")
     assert not Job.objects.exists()
 
 

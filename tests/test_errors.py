@@ -47,7 +47,8 @@ def test_task_finished_is_sent_with_the_exception_in_hand(caplog):
                and r.levelno >= logging.ERROR]  # fmt: skip
     assert records, caplog.text
     exc_info = records[-1].exc_info
-    assert exc_info is not None and exc_info[1] is not None, "logged without the exception"
+    assert exc_info is not None, "logged without the exception"
+    assert exc_info[1] is not None, "logged without the exception"
     assert str(exc_info[1]) == "the reason"
     assert "NoneType: None" not in caplog.text
 

@@ -302,7 +302,8 @@ def test_invalid_options_exit_2_with_a_one_line_message(args, message, worker_en
     code, stderr = sqlq_worker(*args, "--burst", env=worker_env)
     assert code == 2, stderr
     errors = [line for line in stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and errors[0].endswith(message), stderr
+    assert len(errors) == 1, stderr
+    assert errors[0].endswith(message), stderr
     assert "Traceback" not in stderr
 
 
@@ -315,7 +316,8 @@ def test_invalid_options_exit_2_with_a_one_line_message(args, message, worker_en
 )
 def test_invalid_option_values_exit_2_with_a_one_line_message(args, message, worker_env):
     code, stderr = sqlq_worker(*args, "--burst", env=worker_env)
-    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert message in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
     assert code == 2, stderr
 
 
