@@ -129,7 +129,7 @@ def burst_rates(peer, db, window=10_000):
             "seconds": times[-1] - times[0]}  # fmt: skip
 
 
-def idle_wakeups(peer):
+def idle_wakeups():
     from django_sqlq import lifecycle
 
     timings = []
@@ -206,7 +206,7 @@ def one(db, shape, size, drain):
         fill(db, size, queue=None, status="scheduled", future=True)
         settle(db)
         result["fill_s"] = time.perf_counter() - t
-        result.update(idle_wakeups(peer))
+        result.update(idle_wakeups())
     elif shape == "due":
         fill(db, size, queue=None, status="scheduled", future=True)
         settle(db)

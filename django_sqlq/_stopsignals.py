@@ -28,7 +28,7 @@ def handler(on_stop: OnStop, on_force: OnForce | None = None) -> Callable[[int, 
     ``on_force(signum)`` in the handler for the second and later ones when given."""
     received = 0
 
-    def handle(signum: int, frame: FrameType | None) -> None:
+    def handle(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001 (a signal handler)
         nonlocal received
         received += 1
         if received > 1 and on_force is not None:

@@ -343,9 +343,8 @@ def _job_queries(queries: CaptureQueriesContext) -> list[str]:
 @pytest.mark.parametrize(
     "query", ["", "?status__exact=failed", "?queue=default&type=tests.echo", "?q=echo", "?p=3"]
 )
-def test_the_list_never_counts_or_scans_the_whole_table(
-    login: Any, small_pages: None, query: str
-) -> None:
+@pytest.mark.usefixtures("small_pages")
+def test_the_list_never_counts_or_scans_the_whole_table(login: Any, query: str) -> None:
     Job.objects.bulk_create(
         [Job(type="tests.echo", status=JobStatus.FAILED, last_error="x") for _ in range(30)]
     )
@@ -367,7 +366,8 @@ def test_the_list_never_counts_or_scans_the_whole_table(
     assert "30" not in re.sub(r"\d{2,}:", "", page.split('class="paginator"')[1])
 
 
-def test_pages_go_on_past_the_counting_limit(login: Any, small_pages: None) -> None:
+@pytest.mark.usefixtures("small_pages")
+def test_pages_go_on_past_the_counting_limit(login: Any) -> None:
     jobs = Job.objects.bulk_create([Job(type="tests.echo") for _ in range(30)])
     client = login("viewer")
     ids = sorted((j.pk for j in Job.objects.all()), reverse=True)
@@ -518,7 +518,12 @@ def test_a_job_page_action_changes_the_job_and_says_so(
 @pytest.mark.parametrize(("name", "perm", "before", "after"), SINGLE)
 @pytest.mark.parametrize("role", ["anonymous", "staff", "viewer", "wrong-permission"])
 def test_a_job_page_action_needs_its_permission(
-    login: Any, name: str, perm: str, before: str, after: str, role: str
+    login: Any,
+    name: str,
+    perm: str,
+    before: str,
+    after: str,  # noqa: ARG001 (the table is shared with the test that checks it)
+    role: str,
 ) -> None:
     job = failed_job(status=before, scheduled_at=timezone.now() + timedelta(days=1))
     if role == "wrong-permission":
@@ -665,7 +670,8 @@ def test_bulk_cancel_and_run_now(login: Any) -> None:
     assert set(Job.objects.values_list("status", flat=True)) == {"cancelled", "failed"}
 
 
-def test_bulk_retry_on_the_failed_list_across_all_pages(login: Any, small_pages: None) -> None:
+@pytest.mark.usefixtures("small_pages")
+def test_bulk_retry_on_the_failed_list_across_all_pages(login: Any) -> None:
     Job.objects.bulk_create(
         [Job(type="tests.echo", status=JobStatus.FAILED, attempts=5) for _ in range(12)]
     )

@@ -200,7 +200,7 @@ def test_run_at_is_stored():
     assert Job.objects.get(pk=job.pk).scheduled_at == when
 
 
-def test_bulk_enqueue_writes_all_in_few_statements(django_assert_max_num_queries, engine):
+def test_bulk_enqueue_writes_all_in_few_statements(django_assert_max_num_queries):
     with django_assert_max_num_queries(4):
         jobs = bulk_enqueue("tests.echo", [{"n": i} for i in range(500)], queue="emails")
     assert len(jobs) == 500

@@ -45,7 +45,7 @@ def tasks() -> ModuleType:
 
 
 @pytest.fixture
-def backend(tasks: ModuleType) -> Any:
+def backend(tasks: ModuleType) -> Any:  # noqa: ARG001 (needs the tasks registered)
     return compat.task_backends["default"]
 
 
@@ -79,7 +79,7 @@ RETRYING = {
 
 
 @pytest.fixture
-def retrying(tasks: ModuleType) -> Iterator[Any]:
+def retrying(tasks: ModuleType) -> Iterator[Any]:  # noqa: ARG001 (needs the tasks registered)
     """TASKS["retrying"] (for in-process workers and commands only)."""
     with override_settings(TASKS={**settings.TASKS, "retrying": RETRYING}):
         yield compat.task_backends["retrying"]
@@ -210,7 +210,8 @@ def test_a_result_id_read_back_from_a_uuidfield_is_found(tasks, backend):
         backend.get_result(handler_job.uuid)
 
 
-def test_validation_happens_again_at_enqueue(tasks, backend):
+@pytest.mark.usefixtures("backend")
+def test_validation_happens_again_at_enqueue(tasks):
     # The backend's QUEUES changed since @task ran: enqueue() checks again, as Django does.
     with (
         override_settings(TASKS={"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}),
@@ -270,7 +271,8 @@ def test_backend_options_are_validated():
             SQLQBackend("bad", {"OPTIONS": options})
 
 
-def test_check_reports_a_missing_app(tasks, monkeypatch):
+@pytest.mark.usefixtures("tasks")
+def test_check_reports_a_missing_app(monkeypatch):
     from django_sqlq.backend import SQLQBackend
 
     assert SQLQBackend("ok", {}).check() == []
@@ -460,7 +462,8 @@ def test_run_after_holds_the_task_back(tasks, backend):
 # -- sqlq_worker with db_worker's options ----------------------------------------------------
 
 
-def test_db_worker_queue_options_select_queues(tasks, backend, retrying, tmp_path):
+@pytest.mark.usefixtures("retrying")
+def test_db_worker_queue_options_select_queues(tasks, backend, tmp_path):
     log = str(tmp_path / "ran")
     default, emails, reports = (
         tasks.record.using(queue_name=name).enqueue(log, n)
@@ -540,7 +543,8 @@ def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tm
         (["--reload"], "does not reload"),
     ],
 )
-def test_db_worker_options_conflicts_are_clear_errors(tasks, retrying, args, message):
+@pytest.mark.usefixtures("tasks", "retrying")
+def test_db_worker_options_conflicts_are_clear_errors(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("sqlq_worker", *args, "--batch", verbosity=0)
 
@@ -589,7 +593,8 @@ def test_two_workers_never_run_a_task_twice(tasks, backend, spawn_worker, tmp_pa
     assert not Job.objects.exclude(status=JobStatus.COMPLETED).exists()
 
 
-def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, backend, spawn_worker):
+@pytest.mark.usefixtures("backend")
+def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, spawn_worker):
     ok, failing = tasks.add.enqueue(1, 2), tasks.fail.enqueue("boom")
     outputs = {}
     for verbosity in ("1", "2", "3"):
@@ -637,7 +642,8 @@ def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_work
     assert "ForcedStop" not in worker.output()
 
 
-def test_every_status_has_a_task_status(tasks: ModuleType) -> None:
+@pytest.mark.usefixtures("tasks")
+def test_every_status_has_a_task_status() -> None:
     from django_sqlq import statuses
     from django_sqlq.backend import STATUSES
 

@@ -67,7 +67,8 @@ def no_jobs_table():
             cursor.execute("ALTER TABLE sqlq_job_away RENAME TO sqlq_job")
 
 
-def test_enqueue_before_migrate_says_to_run_migrate(no_jobs_table):
+@pytest.mark.usefixtures("no_jobs_table")
+def test_enqueue_before_migrate_says_to_run_migrate():
     from django_sqlq import bulk_enqueue
     from django_sqlq.exceptions import ConfigurationError
 

@@ -325,7 +325,8 @@ def test_sqlq_fixture(sqlq):
         sqlq.no_such_helper  # noqa: B018
 
 
-def test_sqlq_inline_fixture(sqlq_inline):
+@pytest.mark.usefixtures("sqlq_inline")
+def test_sqlq_inline_fixture():
     job = enqueue("tests.add", {"a": 2, "b": 3})
     assert job.status == "completed"
     assert job.result == 5
@@ -368,7 +369,7 @@ def test_run_jobs_runs_task_framework_tasks_and_sends_its_signals():
 
     finished: list[Any] = []
 
-    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:  # noqa: ARG001
         finished.append(task_result.status)
 
     compat.task_finished.connect(receiver, weak=False)

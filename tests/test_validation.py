@@ -180,7 +180,7 @@ def test_duration_settings_at_and_past_their_bounds(key, low, high):
 POLICY_ANSWER: list[float] = [0.0]
 
 
-def policy(attempts: int) -> float:
+def policy(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
     return POLICY_ANSWER[0]
 
 

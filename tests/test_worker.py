@@ -46,7 +46,7 @@ def test_async_handler_runs():
 
 def test_exception_retries_then_fails_with_type_message_and_traceback():
     job = enqueue("tests.boom", {"why": "bad input"}, max_attempts=3)
-    run_burst(backoff=lambda attempts: 0.0)
+    run_burst(backoff=lambda _: 0.0)
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert job.attempts == 3
@@ -87,7 +87,7 @@ def test_default_backoff_is_exponential_capped_and_jittered():
         assert lifecycle.backoff_seconds(3, conf, rand=lambda: 1.0) == 10.0
 
 
-def constant_backoff(attempts: int) -> float:
+def constant_backoff(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
     return 42.0
 
 
@@ -142,7 +142,7 @@ def test_priority_order_then_schedule_then_id(tmp_path):
     assert ran == ["high_early", "high_late", "mid_a", "mid_b", "low"]
 
 
-def test_claim_order_is_by_priority_then_schedule(django_assert_num_queries):
+def test_claim_order_is_by_priority_then_schedule():
     now = timezone.now()
     a = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=3))
     b = enqueue("tests.noop", priority=50)
@@ -344,7 +344,7 @@ def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypat
 
     started, release = threading.Event(), threading.Event()
 
-    def hold(payload: object) -> None:
+    def hold(payload: object) -> None:  # noqa: ARG001 (a handler)
         started.set()
         release.wait(30)
 
@@ -402,7 +402,7 @@ def test_scheduled_jobs_are_promoted_when_due_then_claimed():
 
 def test_a_retry_without_backoff_is_pending_at_once():
     job = enqueue("tests.boom", max_attempts=3)
-    run_burst(backoff=lambda attempts: 0.0)  # each retry is claimed again in the same burst
+    run_burst(backoff=lambda _: 0.0)  # each retry is claimed again in the same burst
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.FAILED, 3)
 

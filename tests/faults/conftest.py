@@ -29,7 +29,7 @@ from tests.conftest import WorkerProcess, wait_for
 HERE = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if os.environ.get("SQLQ_FAULTS") != "0":
         return
     skip = pytest.mark.skip(reason="SQLQ_FAULTS=0")

@@ -335,7 +335,7 @@ class Command(BaseCommand):
         interval: float | None,
         max_tasks: int | None,
         backend_name: str | None,
-        startup_delay: bool,
+        startup_delay: bool,  # noqa: ARG002 (db_worker's option, ignored)
         reload: bool,
         verbosity: int,
         **options: Any,
