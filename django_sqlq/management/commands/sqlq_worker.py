@@ -318,7 +318,7 @@ class Command(BaseCommand):
             help="Only --no-reload is accepted: restart workers from your process manager.",
         )
 
-    def handle(
+    def handle(  # noqa: C901 (one check per option, db_worker's spellings included)
         self,
         *,
         queues: list[str] | None,
