@@ -116,7 +116,7 @@ def url(name: str, *args: Any) -> str:
 
 
 def text(response: Any) -> str:
-    return response.content.decode()
+    return str(response.content.decode())
 
 
 def messages_of(response: Any) -> list[str]:
@@ -677,6 +677,7 @@ def test_bulk_retry_on_the_failed_list_across_all_pages(login: Any) -> None:
     )
     make_job(status=JobStatus.COMPLETED)
     first = Job.objects.failed().first()
+    assert first is not None
     response = _act(login("operator"), "retry_jobs", [first], "failedjob", select_across=1)
     assert messages_of(response)[0].startswith("Retried 12 jobs")
     assert Job.objects.pending().count() == 12

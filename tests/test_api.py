@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connections, transaction
@@ -124,7 +125,7 @@ def test_payload_json_cannot_hold_is_refused(payload):
 
 
 def test_cyclic_payload_is_refused():
-    cycle: dict = {}
+    cycle: dict[str, Any] = {}
     cycle["self"] = cycle
     with pytest.raises(PayloadError):
         enqueue("tests.noop", cycle)

@@ -280,6 +280,7 @@ def test_check_reports_a_missing_app(monkeypatch):
     monkeypatch.setattr(apps, "is_installed", lambda name: name != "django_sqlq")
     [error] = SQLQBackend("mine", {}).check()
     assert error.id == "django_sqlq.E101"
+    assert error.hint is not None
     assert "INSTALLED_APPS" in error.hint
 
 
@@ -514,13 +515,14 @@ def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tm
         "default"
     }
     # Values passed by keyword are validated as on the command line.
-    for options, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"interval": -1}, "--interval"),
         ({"max_tasks": 0}, "--max-tasks"),
         ({"queue_name": "nope"}, "Unknown queue"),
         ({"backend_name": "nope"}, "--backend"),
         ({"concurrency": "many"}, "--concurrency"),
-    ]:
+    ]
+    for options, message in cases:
         with pytest.raises(CommandError, match=message):
             call_command("sqlq_worker", batch=True, verbosity=0, **options)
 

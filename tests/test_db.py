@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -103,7 +104,7 @@ def _fill_queues(per_queue: int, queues: list[str]) -> None:
     Job.objects.filter(pk__in=[job.pk for job in due]).update(scheduled_at=Now())
 
 
-def _worker_sql(**worker_options) -> dict[str, list[str]]:
+def _worker_sql(**worker_options: Any) -> dict[str, list[str]]:
     """The statements a real worker runs to find work (captured as executed, parameters in):
     its claims, its promotions of due scheduled jobs, its reads of the next due time."""
     with CaptureQueriesContext(connection) as queries:
@@ -268,11 +269,14 @@ def test_a_worker_tidies_after_many_claims(monkeypatch):
     from django_sqlq import worker as worker_module
 
     monkeypatch.setattr(worker_module, "TIDY_EVERY", 20)
-    tidied = []
+    tidied: list[int] = []
     original = type(ops_for("default")).tidy
-    monkeypatch.setattr(
-        type(ops_for("default")), "tidy", lambda self: tidied.append(1) or original(self)
-    )
+
+    def tidy(self: Any) -> Any:
+        tidied.append(1)
+        return original(self)
+
+    monkeypatch.setattr(type(ops_for("default")), "tidy", tidy)
     bulk_enqueue("tests.noop", [{} for _ in range(60)])
     Worker().run(burst=True, install_signal_handlers=False)
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 60

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_task_finished_is_sent_with_the_exception_in_hand(caplog):
 
 
 @pytest.fixture
-def no_jobs_table():
+def no_jobs_table() -> Iterator[None]:
     """The jobs table renamed away for the test, as before ``migrate``."""
     from django.db import connection
 

@@ -9,6 +9,7 @@ import argparse
 import math
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -34,7 +35,7 @@ US = timedelta(microseconds=1)
 SQLQ = {"QUEUES": ["default"], "POLL_INTERVAL": 0.05}
 
 
-def refused(match: str, **options):
+def refused(match: str, **options: Any) -> None:
     """enqueue and bulk_enqueue both refuse ``options`` and write nothing."""
     with pytest.raises(InvalidJobError, match=match):
         enqueue("tests.noop", **options)
@@ -43,7 +44,7 @@ def refused(match: str, **options):
     assert not Job.objects.exists()
 
 
-def accepted(**options) -> Job:
+def accepted(**options: Any) -> Job:
     job = enqueue("tests.noop", **options)
     assert len(bulk_enqueue("tests.noop", [{}, {}], **options)) == 2
     # Every row reads back (a row Python's datetime cannot hold breaks the admin's list).
@@ -116,7 +117,7 @@ def test_a_handler_timeout_past_its_bounds_is_refused():
     with pytest.raises(InvalidJobError, match="A handler timeout must be"):
 
         @handler("tests.never_registered", timeout=1e10)
-        def never(payload):  # pragma: no cover
+        def never(payload: Any) -> None:  # pragma: no cover
             pass
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -19,7 +20,7 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run_burst(**kwargs) -> Worker:
+def run_burst(**kwargs: Any) -> Worker:
     worker = Worker(**kwargs)
     worker.run(burst=True, install_signal_handlers=False)
     return worker
@@ -129,7 +130,7 @@ def test_priority_order_then_schedule_then_id(tmp_path):
     log = tmp_path / "ran"
     now = timezone.now()
 
-    def job(name, **options):
+    def job(name: str, **options: Any) -> Job:
         return enqueue("tests.record", {"n": name, "path": str(log)}, **options)
 
     job("low", priority=-5)

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +210,7 @@ class Pool:
 
 
 @pytest.fixture
-def pool(spawn_worker: Callable[..., WorkerProcess]) -> Iterator[Callable[..., Pool]]:
+def pool(spawn_worker: Callable[..., WorkerProcess]) -> Callable[..., Pool]:
     def make(size: int, *args: str, env: dict[str, str] | None = None) -> Pool:
         return Pool(spawn_worker, size, *args, env=env)
 

@@ -15,7 +15,10 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -75,7 +78,7 @@ def test_the_limit_applies_to_results_too():
 
 
 def test_a_payload_nested_too_deeply_is_refused():
-    deep: list = []
+    deep: list[Any] = []
     for _ in range(100_000):
         deep = [deep]
     with pytest.raises(PayloadError, match="nested too deeply"):
@@ -176,7 +179,7 @@ def test_encode_json_names_what_it_refuses():
 # -- rows edited by hand ---------------------------------------------------------------------
 
 
-def hand_edit(sql: str, params: list) -> None:
+def hand_edit(sql: str, params: list[Any]) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
 
@@ -322,7 +325,7 @@ def test_invalid_option_values_exit_2_with_a_one_line_message(args, message, wor
 
 
 @pytest.fixture
-def unmigrated_env(worker_env, tmp_path):
+def unmigrated_env(worker_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment of a worker whose database has no tables: a new SQLite file, or a
     new PostgreSQL database (dropped afterwards)."""
     env = {k: v for k, v in worker_env.items() if k != "SQLQ_TEST_USE_TEST_DB"}

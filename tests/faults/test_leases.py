@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import datetime
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_a_job_five_times_longer_than_its_lease_completes_once(tmp_path, spawn_w
     other = spawn_worker("--worker-id", "other", env=env)
     other.wait_ready()
 
-    samples: list[set] = []
+    samples: list[set[datetime | None]] = []
 
     def all_done() -> bool:
         rows = list(Job.objects.values_list("status", "lease_expires_at"))

@@ -15,6 +15,8 @@ import contextlib
 import resource
 import signal
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +26,7 @@ from tests.faults.conftest import runs, until
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
-RAISED = {
+RAISED: dict[str, tuple[dict[str, Any], str]] = {
     # type: (enqueue options, what last_error starts with)
     "faults.system_exit": ({}, "SystemExit: 3"),
     "faults.keyboard_interrupt": ({}, "KeyboardInterrupt: pressed ^C inside a job"),
@@ -44,7 +46,7 @@ RAISED = {
 }
 
 
-def normal_jobs(tmp_path, count: int, **options) -> list[Job]:
+def normal_jobs(tmp_path: Path, count: int, **options: Any) -> list[Job]:
     path = str(tmp_path / "ran")
     return bulk_enqueue("faults.record", [{"n": n, "path": path} for n in range(count)], **options)
 

@@ -162,7 +162,7 @@ def leave_open(payload: dict[str, Any]) -> str:
 
     from tests.testapp.models import Order
 
-    how = payload["how"]
+    how: str = payload["how"]
     if how == "autocommit":  # a write, never committed
         transaction.set_autocommit(False)
         Order.objects.create(item=how)
@@ -212,7 +212,8 @@ def poison_session(payload: dict[str, Any]) -> str:
             cursor.execute("PRAGMA query_only = 1")
     if payload.get("raise"):
         raise ValueError("raised after changing the session")
-    return payload["how"]
+    how: str = payload["how"]
+    return how
 
 
 @handler("faults.db_hang", timeout=0.5)
