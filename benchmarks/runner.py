@@ -172,7 +172,7 @@ def machine():
     }
 
 
-def main():
+def main():  # noqa: C901 (the whole run, step by step, read top to bottom)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: --repeats 1 --n 2000 --latency-jobs 10, django-q2 "

@@ -129,7 +129,7 @@ def burst_rates(peer, db, window=10_000):
             "seconds": times[-1] - times[0]}  # fmt: skip
 
 
-def idle_wakeups(peer):
+def idle_wakeups():
     from django_sqlq import lifecycle
 
     timings = []
@@ -140,7 +140,8 @@ def idle_wakeups(peer):
             "default", queues=QUEUES, worker_id="idle", limit=8, lease_seconds=60, turn=k
         )
         t1 = time.perf_counter()
-        assert not jobs and (due is None or due > 0)
+        assert not jobs
+        assert due is None or due > 0
         if k >= 20:
             timings.append((t1 - t0) * 1e6)
     return {"median_us": statistics.median(timings), "p95_us": common.percentile(timings, 95)}
@@ -205,7 +206,7 @@ def one(db, shape, size, drain):
         fill(db, size, queue=None, status="scheduled", future=True)
         settle(db)
         result["fill_s"] = time.perf_counter() - t
-        result.update(idle_wakeups(peer))
+        result.update(idle_wakeups())
     elif shape == "due":
         fill(db, size, queue=None, status="scheduled", future=True)
         settle(db)

@@ -99,7 +99,7 @@ def rate(result):
     return result.get("drain_rate_db") or result.get("drain_rate")
 
 
-def main():
+def main():  # noqa: C901 (the whole run, step by step, read top to bottom)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20000, help="jobs per drain (20000)")
     ap.add_argument("--repeats", type=int, default=3, help="drains per verbosity (3)")

@@ -466,7 +466,7 @@ def _task_finished(context: registry.JobContext, status: str, value: Any) -> Non
     task_finished.send(_sender(result.backend), task_result=result)
 
 
-def run_task(payload: Any, context: registry.JobContext) -> Any:
+def run_task(payload: Any, context: registry.JobContext) -> Any:  # noqa: ARG001 (a handler)
     """Call the task as the framework would, and return what JSON can store."""
     current = getattr(_running, "current", None)
     _running.current = None

@@ -29,7 +29,8 @@ from django_sqlq.exceptions import ConfigurationError
 
 @register(Tags.compatibility)
 def check_settings(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+    app_configs: Sequence[AppConfig] | None = None,  # noqa: ARG001 (Django's check signature)
+    **kwargs: Any,
 ) -> list[CheckMessage]:
     from django_sqlq.conf import get_settings
     from django_sqlq.db import supported, vendor
@@ -149,7 +150,8 @@ def _check_routing(alias: str) -> list[CheckMessage]:
 
 @register(Tags.database)
 def check_database(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+    app_configs: Sequence[AppConfig] | None = None,  # noqa: ARG001 (Django's check signature)
+    **kwargs: Any,
 ) -> list[CheckMessage]:
     """Checks that query the queue database: only with ``check --database <alias>``."""
     from django_sqlq.conf import get_settings

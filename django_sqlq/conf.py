@@ -132,6 +132,26 @@ def get_settings() -> Settings:
     return result
 
 
+def _check_pragmas(pragmas: Any) -> None:
+    if not isinstance(pragmas, Mapping):
+        raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
+    for name, value in pragmas.items():
+        # Checked here, not only when a connection opens: a value that cannot go into a
+        # PRAGMA statement made every connection to the queue database fail, while the
+        # system checks said nothing.
+        if not isinstance(name, str) or not name.replace("_", "").isalnum():
+            raise ConfigurationError(
+                f"SQLQ['SQLITE_PRAGMAS'] has {name!r}, which is not a pragma name."
+            )
+        if not isinstance(value, int) and not (
+            isinstance(value, str) and value and value.replace("_", "").replace("-", "").isalnum()
+        ):
+            raise ConfigurationError(
+                f"SQLQ['SQLITE_PRAGMAS'][{name!r}] must be an integer or a word (letters, "
+                f"digits, '_', '-'), got {value!r}."
+            )
+
+
 def _read(user: Any) -> Settings:
     if not isinstance(user, Mapping):
         raise ConfigurationError("settings.SQLQ must be a dict.")
@@ -170,23 +190,7 @@ def _read(user: Any) -> Settings:
             "SQLQ['LISTEN_DATABASE'] must be None or a database alias (a string)."
         )
     pragmas = merged["SQLITE_PRAGMAS"]
-    if not isinstance(pragmas, Mapping):
-        raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
-    for name, value in pragmas.items():
-        # Checked here, not only when a connection opens: a value that cannot go into a
-        # PRAGMA statement made every connection to the queue database fail, while the
-        # system checks said nothing.
-        if not isinstance(name, str) or not name.replace("_", "").isalnum():
-            raise ConfigurationError(
-                f"SQLQ['SQLITE_PRAGMAS'] has {name!r}, which is not a pragma name."
-            )
-        if not isinstance(value, int) and not (
-            isinstance(value, str) and value and value.replace("_", "").replace("-", "").isalnum()
-        ):
-            raise ConfigurationError(
-                f"SQLQ['SQLITE_PRAGMAS'][{name!r}] must be an integer or a word (letters, "
-                f"digits, '_', '-'), got {value!r}."
-            )
+    _check_pragmas(pragmas)
     if merged["TESTING"] not in TESTING_MODES:
         raise ConfigurationError(
             f"SQLQ['TESTING'] must be None or 'inline', got {merged['TESTING']!r}."

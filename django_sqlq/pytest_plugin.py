@@ -33,13 +33,13 @@ class SQLQFixture:
 
 
 @pytest.fixture
-def sqlq(db: None) -> SQLQFixture:
+def sqlq(db: None) -> SQLQFixture:  # noqa: ARG001 (requested for database access)
     """Assertions on enqueued jobs and a way to run them in the test's own transaction."""
     return SQLQFixture()
 
 
 @pytest.fixture
-def sqlq_inline(db: None) -> Iterator[None]:
+def sqlq_inline(db: None) -> Iterator[None]:  # noqa: ARG001 (requested for database access)
     """``SQLQ["TESTING"] = "inline"`` for this test: ``enqueue()`` runs each job at once."""
     from django_sqlq.testing import inline
 

@@ -58,7 +58,11 @@ class QueueRouter:
         return None
 
     def allow_migrate(
-        self, db: str, app_label: str, model_name: str | None = None, **hints: Any
+        self,
+        db: str,
+        app_label: str,
+        model_name: str | None = None,  # noqa: ARG002 (Django's signature)
+        **hints: Any,
     ) -> bool | None:
         queue = _queue_alias()
         if app_label == self.app_label:

@@ -46,7 +46,7 @@ def _child(worker_kwargs: dict[str, Any], burst: bool) -> None:
     early: list[int] = []
     made: list[Worker] = []
 
-    def before_run(signum: int, count: int) -> None:
+    def before_run(signum: int, count: int) -> None:  # noqa: ARG001 (the callback signature)
         if made:
             made[0].stop()
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ENGINE = os.environ.get("SQLQ_TEST_ENGINE", "sqlite")
 BASE_DIR = Path(__file__).resolve().parent
@@ -35,7 +36,7 @@ if ENGINE == "postgresql":
     # A name per test run, so that runs in parallel (two developers, two matrix entries)
     # never drop each other's databases. Worker subprocesses inherit it through the env.
     _run = os.environ.setdefault("SQLQ_TEST_RUN_ID", f"{os.getpid()}")
-    DATABASES = {
+    DATABASES: dict[str, dict[str, Any]] = {
         "default": {**_pg, "NAME": _db, "TEST": {"NAME": f"test_sqlq_{_run}"}},
         "other": {**_pg, "NAME": _db, "TEST": {"NAME": f"test_sqlq_other_{_run}"}},
     }

@@ -64,7 +64,7 @@ def test_perform_hands_only_the_applicable_jobs_to_the_function_in_chunks(
     done = make_job(status=JobStatus.COMPLETED)
     calls: list[list[int]] = []
 
-    def record(ids: Iterable[int], *, alias: str | None = None) -> lifecycle.Outcome:
+    def record(ids: Iterable[int], *, alias: str | None = None) -> lifecycle.Outcome:  # noqa: ARG001
         ids = list(ids)
         calls.append(ids)
         return lifecycle.Outcome(changed=len(ids), skipped=0)

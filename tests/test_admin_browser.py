@@ -132,7 +132,8 @@ def test_an_operator_finds_a_failed_job_retries_it_and_watches_it_complete(
     job = enqueue("tests.record", {"n": 1, "path": str(uploads / "done.txt")}, max_attempts=1)
     Worker(poll_interval=0.05).run(burst=True, install_signal_handlers=False)
     job.refresh_from_db()
-    assert job.status == JobStatus.FAILED and "FileNotFoundError" in job.last_error
+    assert job.status == JobStatus.FAILED
+    assert "FileNotFoundError" in job.last_error
 
     # Log in.
     page.goto(f"{live_server.url}/admin/")
@@ -241,4 +242,5 @@ def test_the_job_list_shows_every_column_at_1400_px(
             ".map(th => [th.textContent.trim(), th.getBoundingClientRect().right])"
         )
         cut = [name for name, right in edges if right > width + 1]
-        assert not cut and overflow <= 0, (path, width, overflow, edges)
+        assert not cut, (path, width, overflow, edges)
+        assert overflow <= 0, (path, width, overflow, edges)

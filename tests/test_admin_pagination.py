@@ -30,7 +30,8 @@ def test_under_the_limit_it_counts_exactly(jobs: list[int]) -> None:
     assert [j.pk for j in paginator.page(2)] == jobs[4:7]
 
 
-def test_past_the_limit_it_counts_only_one_row_more(jobs: list[int]) -> None:
+@pytest.mark.usefixtures("jobs")
+def test_past_the_limit_it_counts_only_one_row_more() -> None:
     paginator = SmallPaginator(Job.objects.order_by("id"), 4)
     with CaptureQueriesContext(connection) as queries:
         assert (paginator.count, paginator.count_is_exact) == (11, False)
@@ -52,8 +53,9 @@ def test_past_the_limit_pages_go_on_while_there_are_rows(jobs: list[int]) -> Non
 
 @pytest.mark.parametrize(("number", "error"), [("x", PageNotAnInteger), (2.5, PageNotAnInteger),
                                                (0, EmptyPage)])  # fmt: skip
+@pytest.mark.usefixtures("jobs")
 def test_past_the_limit_a_bad_page_number_is_refused(
-    jobs: list[int], number: object, error: type[Exception]
+    number: object, error: type[Exception]
 ) -> None:
     paginator = SmallPaginator(Job.objects.order_by("id"), 4)
     with pytest.raises(error):

@@ -26,11 +26,11 @@ SQLQ = {"QUEUES": ["default"], "POLL_INTERVAL": 0.05, "RETRY_BACKOFF_BASE": 0.0}
 # -- a retry backoff policy that breaks ------------------------------------------------------
 
 
-def backoff_raises(attempts: int) -> float:
+def backoff_raises(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
     raise RuntimeError("the policy broke")
 
 
-def backoff_not_a_number(attempts: int) -> Any:
+def backoff_not_a_number(attempts: int) -> Any:  # noqa: ARG001 (a backoff policy)
     return "soon"
 
 
@@ -116,7 +116,7 @@ async def leave_task(payload: dict[str, Any]) -> str:
 
 
 @handler("adversarial.stubborn_task")
-async def stubborn_task(payload: dict[str, Any]) -> str:
+async def stubborn_task(payload: dict[str, Any]) -> str:  # noqa: ARG001 (a handler)
     """Leave a task that swallows its cancellation once, then ends."""
 
     async def stubborn() -> None:
@@ -130,7 +130,7 @@ async def stubborn_task(payload: dict[str, Any]) -> str:
 
 
 @handler("adversarial.count_tasks")
-async def count_tasks(payload: Any) -> int:
+async def count_tasks(payload: Any) -> int:  # noqa: ARG001 (a handler)
     return len(asyncio.all_tasks())
 
 
@@ -167,7 +167,7 @@ def activate(payload: Any) -> None:
 
 
 @handler("adversarial.report_locale")
-def report_locale(payload: Any) -> list[str]:
+def report_locale(payload: Any) -> list[str]:  # noqa: ARG001 (a handler)
     from django.utils import timezone, translation
 
     return [translation.get_language(), str(timezone.get_current_timezone())]

@@ -3,16 +3,18 @@ claim, scheduled status and worker): each test is a defect that was found and fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from django_sqlq import enqueue, lifecycle
 from django_sqlq.models import Job, JobStatus
-from tests.conftest import wait_for
+from tests.conftest import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _idle_worker(spawn_worker):  # type: ignore[no-untyped-def]
+def _idle_worker(spawn_worker: Callable[..., WorkerProcess]) -> WorkerProcess:
     # A poll interval far beyond the deadlines below: only a wake-up can start the job in time.
     worker = spawn_worker("--poll-interval", "600", "-v", "3")
     worker.wait_ready()

@@ -33,7 +33,8 @@ def test_sqlq_worker_refuses_a_worker_id_it_cannot_store(worker_id: str) -> None
     with pytest.raises(ValueError, match="worker id"):
         Worker(worker_id=worker_id)
     job.refresh_from_db()
-    assert job.status == JobStatus.PENDING and job.attempts == 0
+    assert job.status == JobStatus.PENDING
+    assert job.attempts == 0
 
 
 def test_worker_id_leaves_room_for_the_process_suffix() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connections, transaction
@@ -33,7 +34,8 @@ def test_enqueue_writes_a_pending_job():
     assert stored.attempts == 0
     assert stored.max_attempts == 5
     assert stored.queue == "default"
-    assert stored.scheduled_at is not None and stored.created_at is not None
+    assert stored.scheduled_at is not None
+    assert stored.created_at is not None
     # The returned instance carries what the database filled in.
     assert job.scheduled_at == stored.scheduled_at
 
@@ -53,7 +55,8 @@ def test_enqueue_rejects_an_unregistered_function():
 
 
 def test_job_in_rolled_back_transaction_does_not_exist():
-    with pytest.raises(RuntimeError), transaction.atomic():
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic():  # noqa: PT012
         enqueue("tests.noop")
         raise RuntimeError("roll back")
     assert Job.objects.count() == 0
@@ -82,15 +85,17 @@ def test_cross_database_enqueue_waits_for_the_callers_commit():
         assert not Job.objects.using("other").exists()
         assert job.pk is None
     stored = Job.objects.using("other").get()
-    assert stored.pk == job.pk and stored.payload == {"n": 1}
+    assert stored.pk == job.pk
+    assert stored.payload == {"n": 1}
     assert not Job.objects.using("default").exists()
 
 
 @override_settings(SQLQ={"DATABASE": "other", "QUEUES": ["default"]})
 def test_cross_database_enqueue_in_a_rolled_back_transaction_writes_nothing():
-    with pytest.raises(RuntimeError), transaction.atomic(using="default"):
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic(using="default"):  # noqa: PT012
         enqueue("tests.noop")
-        raise RuntimeError
+        raise RuntimeError("roll back")
     assert not Job.objects.using("other").exists()
 
 
@@ -120,7 +125,7 @@ def test_payload_json_cannot_hold_is_refused(payload):
 
 
 def test_cyclic_payload_is_refused():
-    cycle: dict = {}
+    cycle: dict[str, Any] = {}
     cycle["self"] = cycle
     with pytest.raises(PayloadError):
         enqueue("tests.noop", cycle)
@@ -173,7 +178,8 @@ def test_bad_type_names_are_refused(name):
 
 
 def test_errors_subclass_the_matching_builtins():
-    assert issubclass(PayloadError, TypeError) and issubclass(PayloadError, ValueError)
+    assert issubclass(PayloadError, TypeError)
+    assert issubclass(PayloadError, ValueError)
     assert issubclass(UnknownQueueError, ValueError)
     assert issubclass(UnknownHandlerError, LookupError)
 
@@ -195,7 +201,7 @@ def test_run_at_is_stored():
     assert Job.objects.get(pk=job.pk).scheduled_at == when
 
 
-def test_bulk_enqueue_writes_all_in_few_statements(django_assert_max_num_queries, engine):
+def test_bulk_enqueue_writes_all_in_few_statements(django_assert_max_num_queries):
     with django_assert_max_num_queries(4):
         jobs = bulk_enqueue("tests.echo", [{"n": i} for i in range(500)], queue="emails")
     assert len(jobs) == 500
@@ -223,14 +229,16 @@ def test_bulk_enqueue_refuses_one_payload_where_the_list_goes(payloads):
 
 def test_bulk_enqueue_takes_any_iterable_of_payloads():
     jobs = bulk_enqueue("tests.echo", ({"n": n} for n in range(3)))
-    assert len(jobs) == 3 and len(bulk_enqueue("tests.echo", ())) == 0
+    assert len(jobs) == 3
+    assert len(bulk_enqueue("tests.echo", ())) == 0
     assert sorted(Job.objects.values_list("payload__n", flat=True)) == [0, 1, 2]
 
 
 def test_bulk_enqueue_rolls_back_with_the_caller():
-    with pytest.raises(RuntimeError), transaction.atomic():
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic():  # noqa: PT012
         bulk_enqueue("tests.echo", [{"n": i} for i in range(10)])
-        raise RuntimeError
+        raise RuntimeError("roll back")
     assert not Job.objects.exists()
 
 

@@ -26,7 +26,9 @@ def test_async_code_enqueues_with_aenqueue_and_abulk_enqueue():
 
     one, many = view()
     # Committed by the time they return, with what the database chose filled in.
-    assert one.pk is not None and one.uuid is not None and one.created_at is not None
+    assert one.pk is not None
+    assert one.uuid is not None
+    assert one.created_at is not None
     stored = Job.objects.get(pk=one.pk)
     assert (stored.queue, stored.priority, stored.payload) == ("emails", 3, {"n": 1})
     assert [job.payload for job in many] == [{"n": 2}, {"n": 3}, {"n": 4}]

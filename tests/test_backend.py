@@ -45,7 +45,7 @@ def tasks() -> ModuleType:
 
 
 @pytest.fixture
-def backend(tasks: ModuleType) -> Any:
+def backend(tasks: ModuleType) -> Any:  # noqa: ARG001 (needs the tasks registered)
     return compat.task_backends["default"]
 
 
@@ -79,7 +79,7 @@ RETRYING = {
 
 
 @pytest.fixture
-def retrying(tasks: ModuleType) -> Iterator[Any]:
+def retrying(tasks: ModuleType) -> Iterator[Any]:  # noqa: ARG001 (needs the tasks registered)
     """TASKS["retrying"] (for in-process workers and commands only)."""
     with override_settings(TASKS={**settings.TASKS, "retrying": RETRYING}):
         yield compat.task_backends["retrying"]
@@ -104,7 +104,8 @@ def test_enqueue_writes_a_job_that_round_trips_through_get_result(tasks, backend
     result = deferred.enqueue(1, [2, (3, b"four")], key={"nested": (5,)}, none=None)
     plain = tasks.add.enqueue(2, 3)
 
-    assert isinstance(result.id, str) and result.status == compat.TaskResultStatus.READY
+    assert isinstance(result.id, str)
+    assert result.status == compat.TaskResultStatus.READY
     assert result.args == [1, [2, [3, "four"]]]
     assert result.kwargs == {"key": {"nested": [5]}, "none": None}
     # Every field, enqueued_at to the microsecond, run_after and run_after=None included.
@@ -118,7 +119,8 @@ def test_enqueue_writes_a_job_that_round_trips_through_get_result(tasks, backend
     assert job.type == "tests.testapp.tasks.echo"
     assert (job.queue, job.priority, job.max_attempts) == ("emails", -7, 1)
     assert job.status == JobStatus.SCHEDULED  # run_after is an hour ahead
-    assert job.payload["args"] == result.args and job.payload["kwargs"] == result.kwargs
+    assert job.payload["args"] == result.args
+    assert job.payload["kwargs"] == result.kwargs
     assert job.scheduled_at == run_after
     assert job.created_at == result.enqueued_at is not None
     assert [r.id for _, r in sent["enqueued"]] == [result.id, plain.id]
@@ -145,7 +147,8 @@ def test_aenqueue_and_aget_result_from_async_code(tasks, backend, sent):
 
 
 def test_a_rolled_back_transaction_leaves_no_task(tasks, backend):
-    with pytest.raises(RuntimeError), transaction.atomic():
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic():  # noqa: PT012
         result = tasks.add.enqueue(1, 1)
         assert Job.objects.filter(uuid=result.id).exists()
         raise RuntimeError("roll back")
@@ -175,8 +178,10 @@ def test_result_ids_are_unguessable_uuids_and_nothing_else_is_found(tasks, backe
     echo = tasks.echo.enqueue()
     job = Job.objects.get(uuid=first.id)
     # A UUID (what apps store in a UUIDField), random: not the job's id, nor a neighbour's.
-    assert str(uuid.UUID(first.id)) == first.id and uuid.UUID(first.id).version == 4
-    assert first.id != str(job.pk) and first.id[:8] != second.id[:8]
+    assert str(uuid.UUID(first.id)) == first.id
+    assert uuid.UUID(first.id).version == 4
+    assert first.id != str(job.pk)
+    assert first.id[:8] != second.id[:8]
     assert backend.get_result(first.id) == first
     assert backend.get_result(first.id.upper()).id == first.id  # a UUID, in either case
     for bad in [str(job.pk), "0", "-1", "1.0", " 1", "007", "abc", "", "١٢", "9" * 30,
@@ -205,7 +210,8 @@ def test_a_result_id_read_back_from_a_uuidfield_is_found(tasks, backend):
         backend.get_result(handler_job.uuid)
 
 
-def test_validation_happens_again_at_enqueue(tasks, backend):
+@pytest.mark.usefixtures("backend")
+def test_validation_happens_again_at_enqueue(tasks):
     # The backend's QUEUES changed since @task ran: enqueue() checks again, as Django does.
     with (
         override_settings(TASKS={"default": {**settings.TASKS["default"], "QUEUES": ["default"]}}),
@@ -265,7 +271,8 @@ def test_backend_options_are_validated():
             SQLQBackend("bad", {"OPTIONS": options})
 
 
-def test_check_reports_a_missing_app(tasks, monkeypatch):
+@pytest.mark.usefixtures("tasks")
+def test_check_reports_a_missing_app(monkeypatch):
     from django_sqlq.backend import SQLQBackend
 
     assert SQLQBackend("ok", {}).check() == []
@@ -273,6 +280,7 @@ def test_check_reports_a_missing_app(tasks, monkeypatch):
     monkeypatch.setattr(apps, "is_installed", lambda name: name != "django_sqlq")
     [error] = SQLQBackend("mine", {}).check()
     assert error.id == "django_sqlq.E101"
+    assert error.hint is not None
     assert "INSTALLED_APPS" in error.hint
 
 
@@ -341,7 +349,8 @@ def test_success_stores_the_return_value_and_sends_each_signal_once(tasks, backe
     done = backend.get_result(result.id)
     assert done.status == compat.TaskResultStatus.SUCCESSFUL
     assert done.return_value == 5
-    assert done.worker_ids == [worker.worker_id] and done.attempts == 1
+    assert done.worker_ids == [worker.worker_id]
+    assert done.attempts == 1
     assert done.errors == []
     assert done.enqueued_at <= done.started_at <= done.finished_at
     assert done.last_attempted_at == done.started_at
@@ -374,7 +383,8 @@ def test_failures_are_failed_with_class_and_traceback_and_the_worker_goes_on(tas
     assert error.traceback.startswith("Traceback (most recent call last)")
     assert "raise TaskFailed(message)" in error.traceback
     assert "TaskFailed: it broke" in error.traceback
-    assert result.attempts == 1 and result.finished_at is not None
+    assert result.attempts == 1
+    assert result.finished_at is not None
     with pytest.raises(ValueError, match="Task failed"):
         _ = result.return_value
 
@@ -417,7 +427,8 @@ def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path)
     assert done.worker_ids == [worker.worker_id] * 2
     assert [e.exception_class_path for e in done.errors] == ["tests.testapp.tasks.TaskFailed"]
     # Each attempt starts; the task finishes once.
-    assert len(sent["started"]) == 2 and len(sent["finished"]) == 1
+    assert len(sent["started"]) == 2
+    assert len(sent["finished"]) == 1
 
 
 def test_statuses_map_onto_the_frameworks(tasks, backend):
@@ -429,7 +440,8 @@ def test_statuses_map_onto_the_frameworks(tasks, backend):
     assert backend.get_result(ready.id).worker_ids == ["w1"]
     assert backend.get_result(running.id).status == compat.TaskResultStatus.READY
     gone = backend.get_result(cancelled.id)
-    assert gone.status == compat.TaskResultStatus.FAILED and gone.finished_at is not None
+    assert gone.status == compat.TaskResultStatus.FAILED
+    assert gone.finished_at is not None
 
 
 def test_priority_order(tasks, tmp_path):
@@ -451,7 +463,8 @@ def test_run_after_holds_the_task_back(tasks, backend):
 # -- sqlq_worker with db_worker's options ----------------------------------------------------
 
 
-def test_db_worker_queue_options_select_queues(tasks, backend, retrying, tmp_path):
+@pytest.mark.usefixtures("retrying")
+def test_db_worker_queue_options_select_queues(tasks, backend, tmp_path):
     log = str(tmp_path / "ran")
     default, emails, reports = (
         tasks.record.using(queue_name=name).enqueue(log, n)
@@ -502,13 +515,14 @@ def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tm
         "default"
     }
     # Values passed by keyword are validated as on the command line.
-    for options, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"interval": -1}, "--interval"),
         ({"max_tasks": 0}, "--max-tasks"),
         ({"queue_name": "nope"}, "Unknown queue"),
         ({"backend_name": "nope"}, "--backend"),
         ({"concurrency": "many"}, "--concurrency"),
-    ]:
+    ]
+    for options, message in cases:
         with pytest.raises(CommandError, match=message):
             call_command("sqlq_worker", batch=True, verbosity=0, **options)
 
@@ -531,7 +545,8 @@ def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tm
         (["--reload"], "does not reload"),
     ],
 )
-def test_db_worker_options_conflicts_are_clear_errors(tasks, retrying, args, message):
+@pytest.mark.usefixtures("tasks", "retrying")
+def test_db_worker_options_conflicts_are_clear_errors(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("sqlq_worker", *args, "--batch", verbosity=0)
 
@@ -580,7 +595,8 @@ def test_two_workers_never_run_a_task_twice(tasks, backend, spawn_worker, tmp_pa
     assert not Job.objects.exclude(status=JobStatus.COMPLETED).exists()
 
 
-def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, backend, spawn_worker):
+@pytest.mark.usefixtures("backend")
+def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, spawn_worker):
     ok, failing = tasks.add.enqueue(1, 2), tasks.fail.enqueue("boom")
     outputs = {}
     for verbosity in ("1", "2", "3"):
@@ -599,7 +615,8 @@ def test_verbose_workers_print_the_frameworks_lifecycle_lines(tasks, backend, sp
             assert f"Task id={result.id} path={path} state={final}" in output, output
     # The default verbosity leaves them to the project's LOGGING (none here, so at most
     # Python's last-resort handler shows a FAILED line, logged as an error).
-    assert "state=RUNNING" not in outputs["1"] and "state=SUCCESSFUL" not in outputs["1"]
+    assert "state=RUNNING" not in outputs["1"]
+    assert "state=SUCCESSFUL" not in outputs["1"]
 
 
 def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_worker, tmp_path):
@@ -614,7 +631,8 @@ def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_work
     # One attempt (the framework's default): FAILED now, not when the lease runs out.
     failed = backend.get_result(result.id)
     assert failed.status == compat.TaskResultStatus.FAILED
-    assert failed.finished_at is not None and failed.worker_ids == ["w-forced"]
+    assert failed.finished_at is not None
+    assert failed.worker_ids == ["w-forced"]
     [error] = failed.errors
     assert error.exception_class_path == "django_sqlq.exceptions.JobInterruptedError"
     assert "interrupted by a forced stop of worker w-forced" in error.traceback
@@ -626,7 +644,8 @@ def test_a_forced_stop_fails_the_running_task_at_once(tasks, backend, spawn_work
     assert "ForcedStop" not in worker.output()
 
 
-def test_every_status_has_a_task_status(tasks: ModuleType) -> None:
+@pytest.mark.usefixtures("tasks")
+def test_every_status_has_a_task_status() -> None:
     from django_sqlq import statuses
     from django_sqlq.backend import STATUSES
 

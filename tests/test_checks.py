@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
-from django.core.checks import run_checks
+from django.core.checks import CheckMessage, run_checks
 from django.db import connections
 from django.test import override_settings
 
@@ -13,7 +15,7 @@ from django_sqlq.exceptions import ConfigurationError
 pytestmark = pytest.mark.django_db(databases=["default", "other"])
 
 
-def ids(messages) -> set[str]:
+def ids(messages: Iterable[CheckMessage]) -> set[str]:
     return {m.id for m in messages if m.id and m.id.startswith("django_sqlq")}
 
 
@@ -68,7 +70,8 @@ def test_new_sqlite_connections_get_the_pragmas(engine):
         assert cursor.fetchone()[0] == 10_000
         cursor.execute("PRAGMA synchronous")
         assert cursor.fetchone()[0] == 1  # NORMAL
-    assert connection.transaction_mode == "IMMEDIATE"
+    # SQLite's DatabaseWrapper has it; connections[] is typed as the base class.
+    assert connection.transaction_mode == "IMMEDIATE"  # type: ignore[attr-defined]
 
 
 @override_settings(SQLQ={"LISTEN_DATABASE": "nope"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -27,7 +28,8 @@ def test_claim_is_one_update_returning():
     assert len(claimed) == 3
     assert len(queries) == 1
     sql = queries[0]["sql"].upper()
-    assert sql.startswith("UPDATE") and "RETURNING" in sql
+    assert sql.startswith("UPDATE")
+    assert "RETURNING" in sql
     if connection.vendor == "postgresql":
         assert "FOR UPDATE SKIP LOCKED" in sql
     assert Job.objects.filter(status=JobStatus.PROCESSING, locked_by="w").count() == 3
@@ -102,7 +104,7 @@ def _fill_queues(per_queue: int, queues: list[str]) -> None:
     Job.objects.filter(pk__in=[job.pk for job in due]).update(scheduled_at=Now())
 
 
-def _worker_sql(**worker_options) -> dict[str, list[str]]:
+def _worker_sql(**worker_options: Any) -> dict[str, list[str]]:
     """The statements a real worker runs to find work (captured as executed, parameters in):
     its claims, its promotions of due scheduled jobs, its reads of the next due time."""
     with CaptureQueriesContext(connection) as queries:
@@ -218,7 +220,8 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
             "default", [Finished(job.id, job.attempts, result) for job in claimed], worker_id="w"
         )
     stored = Job.objects.filter(pk__in=[job.id for job in claimed]).values_list("status", "result")
-    assert list(stored) == [("completed", result)] * len(claimed) and len(claimed) == 100
+    assert list(stored) == [("completed", result)] * len(claimed)
+    assert len(claimed) == 100
     sql = queries[0]["sql"]
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
@@ -239,11 +242,13 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
 def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():
     ops = ops_for("default")
     if connection.vendor != "postgresql":
-        assert not ops.needs_tidy and ops.tidy() is False  # SQLite leaves no dead entries
+        assert not ops.needs_tidy
+        assert ops.tidy() is False
         return
     from django_sqlq.db.postgresql import TIDY_LOCK
 
-    assert ops.needs_tidy and ops.tidy() is True
+    assert ops.needs_tidy
+    assert ops.tidy() is True
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'sqlq_job'")
         assert cursor.fetchone()[0] >= 1
@@ -264,11 +269,14 @@ def test_a_worker_tidies_after_many_claims(monkeypatch):
     from django_sqlq.worker.maintenance import tidier as worker_module
 
     monkeypatch.setattr(worker_module, "TIDY_EVERY", 20)
-    tidied = []
+    tidied: list[int] = []
     original = type(ops_for("default")).tidy
-    monkeypatch.setattr(
-        type(ops_for("default")), "tidy", lambda self: tidied.append(1) or original(self)
-    )
+
+    def tidy(self: Any) -> Any:
+        tidied.append(1)
+        return original(self)
+
+    monkeypatch.setattr(type(ops_for("default")), "tidy", tidy)
     bulk_enqueue("tests.noop", [{} for _ in range(60)])
     Worker().run(burst=True, install_signal_handlers=False)
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 60
@@ -292,7 +300,8 @@ def test_delete_is_one_conditional_statement_even_with_delete_receivers():
             outcome = lifecycle.delete([waiting.pk, running.pk], alias="default")
     finally:
         post_delete.disconnect(receiver, sender=Job)
-    assert len(queries) == 1 and queries[0]["sql"].upper().startswith("DELETE")
+    assert len(queries) == 1
+    assert queries[0]["sql"].upper().startswith("DELETE")
     assert (outcome.changed, outcome.skipped) == (1, 1)
     assert list(Job.objects.values_list("pk", flat=True)) == [running.pk]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -47,13 +48,14 @@ def test_task_finished_is_sent_with_the_exception_in_hand(caplog):
                and r.levelno >= logging.ERROR]  # fmt: skip
     assert records, caplog.text
     exc_info = records[-1].exc_info
-    assert exc_info is not None and exc_info[1] is not None, "logged without the exception"
+    assert exc_info is not None, "logged without the exception"
+    assert exc_info[1] is not None, "logged without the exception"
     assert str(exc_info[1]) == "the reason"
     assert "NoneType: None" not in caplog.text
 
 
 @pytest.fixture
-def no_jobs_table():
+def no_jobs_table() -> Iterator[None]:
     """The jobs table renamed away for the test, as before ``migrate``."""
     from django.db import connection
 
@@ -66,7 +68,8 @@ def no_jobs_table():
             cursor.execute("ALTER TABLE sqlq_job_away RENAME TO sqlq_job")
 
 
-def test_enqueue_before_migrate_says_to_run_migrate(no_jobs_table):
+@pytest.mark.usefixtures("no_jobs_table")
+def test_enqueue_before_migrate_says_to_run_migrate():
     from django_sqlq import bulk_enqueue
     from django_sqlq.exceptions import ConfigurationError
 

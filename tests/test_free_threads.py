@@ -5,6 +5,7 @@ when its threads are held up, so that another worker's free thread runs them."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from django.db import transaction
@@ -16,14 +17,14 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def pids(path) -> Counter[int]:
+def pids(path: Path) -> Counter[int]:
     """Which process ran each tests.record job (lines are "<n> <pid>")."""
     if not path.exists():
         return Counter()
     return Counter(int(line.split()[1]) for line in path.read_text().splitlines() if line)
 
 
-def long_job(tmp_path, n: int, *, priority: int = 0) -> Job:
+def long_job(tmp_path: Path, n: int, *, priority: int = 0) -> Job:
     return enqueue(
         "tests.sleep_then_record",
         {

@@ -5,6 +5,7 @@ and the retry backoff."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -18,7 +19,7 @@ from django_sqlq.worker import Worker
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run_burst(**kwargs) -> Worker:
+def run_burst(**kwargs: Any) -> Worker:
     worker = Worker(**kwargs)
     worker.run(burst=True, install_signal_handlers=False)
     return worker
@@ -35,7 +36,7 @@ def test_default_backoff_is_exponential_capped_and_jittered():
         assert lifecycle.backoff_seconds(3, conf, rand=lambda: 1.0) == 10.0
 
 
-def constant_backoff(attempts: int) -> float:
+def constant_backoff(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
     return 42.0
 
 
@@ -44,7 +45,7 @@ def test_dotted_path_backoff_policy():
         assert lifecycle.backoff_seconds(7, get_settings()) == 42.0
 
 
-def test_claim_order_is_by_priority_then_schedule(django_assert_num_queries):
+def test_claim_order_is_by_priority_then_schedule():
     now = timezone.now()
     a = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=3))
     b = enqueue("tests.noop", priority=50)
@@ -156,5 +157,6 @@ def test_cancel_and_run_now_take_scheduled_jobs():
     assert lifecycle.cancel([b.pk]).changed == 1
     assert Job.objects.get(pk=b.pk).status == JobStatus.CANCELLED
     a.refresh_from_db()
-    assert a.status == JobStatus.PENDING and a.scheduled_at <= timezone.now()
+    assert a.status == JobStatus.PENDING
+    assert a.scheduled_at <= timezone.now()
     assert run_burst().jobs_done == 1

@@ -35,7 +35,8 @@ def test_existing_jobs_get_distinct_random_uuids():
         old_job.objects.bulk_create([old_job(type=f"old.job{n}") for n in range(50)])
         migrate([UUID_MIGRATION])
         uuids = list(Job.objects.values_list("uuid", flat=True))
-        assert len(uuids) == 50 and len(set(uuids)) == 50
+        assert len(uuids) == 50
+        assert len(set(uuids)) == 50
         assert all(isinstance(u, uuid.UUID) and u.version == 4 for u in uuids)
     finally:
         migrate(leaves)

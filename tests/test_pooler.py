@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connections
@@ -63,7 +64,7 @@ def pgbouncer(engine: str) -> Iterator[int]:
         "pool_mode = transaction\nmax_client_conn = 200\ndefault_pool_size = 20\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
     )
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if os.geteuid() == 0:  # pgbouncer refuses to run as root
         shutil.chown(directory, "postgres")
         kwargs = {"user": "postgres", "group": "postgres"}
@@ -112,7 +113,11 @@ def test_with_a_direct_listen_alias_enqueues_wake_the_worker(pgbouncer, spawn_wo
     wait_for(lambda: "the start-up NOTIFY arrived" in worker.output())
     for n in range(3):
         job = enqueue("tests.add", {"a": n, "b": 1})
-        wait_for(lambda job=job: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED)
+
+        def completed(job: Job = job) -> bool:
+            return Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
+
+        wait_for(completed)
         output = worker.output()
         # The wake-up path: the notification, then the claim that started the job.
         woken = output.rindex("Woken by NOTIFY default")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def ran(path) -> Counter[int]:
+def ran(path: Path) -> Counter[int]:
     if not path.exists():
         return Counter()
     return Counter(int(line.split()[0]) for line in path.read_text().splitlines() if line)
@@ -59,7 +60,7 @@ def test_kill_9_mid_job_is_retried_by_another_worker_after_the_lease(tmp_path, s
     rescuer = spawn_worker("--worker-id", "rescuer", env=env)
     rescuer.wait_ready()
 
-    def completed():
+    def completed() -> bool:
         job.refresh_from_db()
         return job.status == JobStatus.COMPLETED
 
@@ -203,4 +204,6 @@ def test_a_job_that_comes_due_while_the_worker_sleeps_starts_without_a_poll(spaw
     assert Job.objects.get(pk=job.pk).status == JobStatus.SCHEDULED
     wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout=30)
     done = Job.objects.get(pk=job.pk)
-    assert done.started_at >= done.scheduled_at and done.attempts == 1
+    assert done.started_at is not None
+    assert done.started_at >= done.scheduled_at
+    assert done.attempts == 1

@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
-from django.core.checks import run_checks
+from django.core.checks import CheckMessage, run_checks
+from django.db.models import Model
 from django.test import override_settings
 
 from django_sqlq import enqueue
@@ -25,7 +28,7 @@ ON_OTHER = {**settings.SQLQ, "DATABASE": "other"}
 ROUTER = "django_sqlq.routers.QueueRouter"
 
 
-def ids(messages) -> set[str]:
+def ids(messages: Iterable[CheckMessage]) -> set[str]:
     return {m.id for m in messages if m.id and m.id.startswith("django_sqlq")}
 
 
@@ -37,13 +40,15 @@ def test_job_objects_reads_the_fresh_database_without_a_router():
     enqueue("tests.echo", {"n": 1})
     assert Job.objects.using("default").count() == 0
     job = Job.objects.get()
-    assert job._state.db == "other" and job.payload == {"n": 1}
+    assert job._state.db == "other"
+    assert job.payload == {"n": 1}
     assert Job.objects.pending().count() == 1  # the QuerySet's methods too
     assert run_jobs().completed == 1
     assert Job.objects.completed().get().pk == job.pk
     # An explicit alias still wins.
     assert not Job.objects.using("default").exists()
-    assert not Job.objects.db_manager("default").exists()
+    # Job.objects is typed as its QuerySet (models.py); it is a manager.
+    assert not Job.objects.db_manager("default").exists()  # type: ignore[attr-defined]
     assert WorkerProcess.objects.all().db == "other"
 
 
@@ -95,8 +100,10 @@ def test_router_sends_django_sqlq_to_the_fresh_database_and_nothing_else_there()
     from tests.testapp.models import Order
 
     router = QueueRouter()
-    assert router.db_for_read(Job) == "other" and router.db_for_write(WorkerProcess) == "other"
-    assert router.db_for_read(Order) is None and router.db_for_write(Order) is None
+    assert router.db_for_read(Job) == "other"
+    assert router.db_for_write(WorkerProcess) == "other"
+    assert router.db_for_read(Order) is None
+    assert router.db_for_write(Order) is None
     assert router.allow_migrate("other", "django_sqlq", model_name="job") is True
     assert router.allow_migrate("default", "django_sqlq", model_name="job") is False
     assert router.allow_migrate("other", "auth", model_name="user") is False
@@ -120,7 +127,9 @@ def test_a_fresh_database_without_a_router_is_e010():
     messages = run_checks()
     assert ids(messages) == {"django_sqlq.E010"}
     [error] = [m for m in messages if m.id == "django_sqlq.E010"]
-    assert "'other'" in error.msg and ROUTER in error.hint
+    assert "'other'" in error.msg
+    assert error.hint is not None
+    assert ROUTER in error.hint
 
 
 @override_settings(SQLQ=ON_OTHER, DATABASE_ROUTERS=["tests.routers.OtherDatabaseRouter"])
@@ -132,7 +141,7 @@ class ReadWriteOnly:
     """Routes reads and writes, says nothing about migrate: django_sqlq's tables would be
     created in every database."""
 
-    def db_for_read(self, model, **hints):
+    def db_for_read(self, model: type[Model], **hints: Any) -> str | None:
         return "other" if model._meta.app_label == "django_sqlq" else None
 
     db_for_write = db_for_read
@@ -172,8 +181,8 @@ def tables(engine: str, database: str) -> set[str]:
         return {name for (name,) in rows if not name.startswith("sqlite_")}
     import psycopg
 
-    with psycopg.connect(dbname=database, **pg_params()) as db:
-        rows = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    with psycopg.connect(dbname=database, **pg_params()) as pg:
+        rows = pg.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
     return {name for (name,) in rows}
 
 

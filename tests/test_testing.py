@@ -108,7 +108,8 @@ def test_only_waiting_jobs_count_as_enqueued():
 
 
 def test_a_rolled_back_enqueue_is_not_enqueued():
-    with pytest.raises(RuntimeError), transaction.atomic():
+    # The raise is what rolls the transaction back.
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic():  # noqa: PT012
         enqueue("tests.echo", {"n": 1})
         raise RuntimeError("roll back")
     refute_enqueued("tests.echo")
@@ -128,8 +129,10 @@ def test_run_jobs_runs_due_jobs_and_the_jobs_they_enqueue_in_the_tests_transacti
     assert (outcome.completed, outcome.retried, outcome.failed) == (3, 0, 0)
     jobs = {job.type: job for job in Job.objects.filter(type="tests.testing.place_order")}
     placed = jobs["tests.testing.place_order"]
-    assert placed.status == "completed" and placed.completed_at is not None
-    assert placed.attempts == 1 and placed.locked_by == "django_sqlq.testing"
+    assert placed.status == "completed"
+    assert placed.completed_at is not None
+    assert placed.attempts == 1
+    assert placed.locked_by == "django_sqlq.testing"
     confirmations = Job.objects.filter(type="tests.testing.confirm").order_by("id")
     assert [j.result for j in confirmations] == ["confirmed lamp", "confirmed book"]
     # Priority first: the order was placed before the lamp's confirmation ran.
@@ -177,7 +180,8 @@ def test_a_failing_handler_is_retried_then_failed_and_its_writes_undone(integrit
 
     assert (outcome.completed, outcome.retried, outcome.failed) == (0, 1, 1)
     job.refresh_from_db()
-    assert job.status == "failed" and job.attempts == 2
+    assert job.status == "failed"
+    assert job.attempts == 2
     assert job.last_error.startswith("ValueError: nope") or "IntegrityError" in job.last_error
     assert len(job.errors) == 2
     assert list(Order.objects.values_list("item", flat=True)) == ["kept"]
@@ -188,7 +192,8 @@ def test_a_retry_waits_for_its_backoff():
         job = enqueue("tests.boom", max_attempts=3)
         assert run_jobs().retried == 1
         job.refresh_from_db()
-        assert job.status == "scheduled" and job.scheduled_at > timezone.now()
+        assert job.status == "scheduled"
+        assert job.scheduled_at > timezone.now()
         assert run_jobs().ran == 0
         assert run_jobs(now=timezone.now() + timedelta(hours=2)).retried == 1
 
@@ -214,7 +219,8 @@ def test_run_job_runs_one_job_whatever_its_schedule():
     first = enqueue("tests.add", {"a": 1, "b": 2}, delay=3600)
     other = enqueue("tests.add", {"a": 2, "b": 2})
     assert run_job(first) == "completed"
-    assert first.status == "completed" and first.result == 3
+    assert first.status == "completed"
+    assert first.result == 3
     assert run_job(first) is None  # no longer waiting
     assert run_job(other.pk) == "completed"
 
@@ -268,9 +274,12 @@ def test_inline_mode_runs_each_job_at_enqueue():
         job = enqueue("tests.testing.confirm", {"order_id": order.pk})
         later = enqueue("tests.add", {"a": 1, "b": 1}, delay=3600)
         failing = enqueue("tests.boom", max_attempts=1)
-    assert job.status == "completed" and job.result == "confirmed mug"
-    assert later.status == "completed" and later.result == 2
-    assert failing.status == "failed" and "it went boom" in failing.last_error
+    assert job.status == "completed"
+    assert job.result == "confirmed mug"
+    assert later.status == "completed"
+    assert later.result == 2
+    assert failing.status == "failed"
+    assert "it went boom" in failing.last_error
     refute_enqueued()
     # Back to normal after the block.
     enqueue("tests.noop")
@@ -316,9 +325,11 @@ def test_sqlq_fixture(sqlq):
         sqlq.no_such_helper  # noqa: B018
 
 
-def test_sqlq_inline_fixture(sqlq_inline):
+@pytest.mark.usefixtures("sqlq_inline")
+def test_sqlq_inline_fixture():
     job = enqueue("tests.add", {"a": 2, "b": 3})
-    assert job.status == "completed" and job.result == 5
+    assert job.status == "completed"
+    assert job.result == 5
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
@@ -340,8 +351,8 @@ class DjangoTestCaseTests(TestCase):
         with self.captureOnCommitCallbacks(execute=True):
             transaction.on_commit(lambda: enqueue("tests.testing.confirm", {"order_id": order.pk}))
         assert_enqueued("tests.testing.confirm", payload={"order_id": order.pk})
-        self.assertEqual(run_jobs().completed, 1)
-        self.assertEqual(Job.objects.get().result, "confirmed desk")
+        assert run_jobs().completed == 1
+        assert Job.objects.get().result == "confirmed desk"
 
 
 # -- Django's tasks framework ------------------------------------------------------------
@@ -358,7 +369,7 @@ def test_run_jobs_runs_task_framework_tasks_and_sends_its_signals():
 
     finished: list[Any] = []
 
-    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:  # noqa: ARG001
         finished.append(task_result.status)
 
     compat.task_finished.connect(receiver, weak=False)

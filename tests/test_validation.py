@@ -9,6 +9,7 @@ import argparse
 import math
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -41,7 +42,7 @@ US = timedelta(microseconds=1)
 SQLQ = {"QUEUES": ["default"], "POLL_INTERVAL": 0.05}
 
 
-def refused(match: str, **options):
+def refused(match: str, **options: Any) -> None:
     """enqueue and bulk_enqueue both refuse ``options`` and write nothing."""
     with pytest.raises(InvalidJobError, match=match):
         enqueue("tests.noop", **options)
@@ -50,7 +51,7 @@ def refused(match: str, **options):
     assert not Job.objects.exists()
 
 
-def accepted(**options) -> Job:
+def accepted(**options: Any) -> Job:
     job = enqueue("tests.noop", **options)
     assert len(bulk_enqueue("tests.noop", [{}, {}], **options)) == 2
     # Every row reads back (a row Python's datetime cannot hold breaks the admin's list).
@@ -123,7 +124,7 @@ def test_a_handler_timeout_past_its_bounds_is_refused():
     with pytest.raises(InvalidJobError, match="A handler timeout must be"):
 
         @handler("tests.never_registered", timeout=1e10)
-        def never(payload):  # pragma: no cover
+        def never(payload: Any) -> None:  # pragma: no cover
             pass
 
 
@@ -187,7 +188,7 @@ def test_duration_settings_at_and_past_their_bounds(key, low, high):
 POLICY_ANSWER: list[float] = [0.0]
 
 
-def policy(attempts: int) -> float:
+def policy(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
     return POLICY_ANSWER[0]
 
 
@@ -210,7 +211,8 @@ def test_a_backoff_policy_answer_is_bounded(answer, expected):
 def test_worker_durations_at_and_past_their_bounds():
     assert positive_float("86400") == 86400
     assert positive_float("0.001") == 0.001
-    assert interval_seconds("0") == 0 and interval_seconds("86400") == 86400
+    assert interval_seconds("0") == 0
+    assert interval_seconds("86400") == 86400
     for bad in ("0", "-1", "86400.001", "1e10", "inf", "nan"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds"):
             positive_float(bad)
@@ -247,7 +249,8 @@ def test_worker_ids_no_engine_can_store_are_refused():
     # Before: accepted; PostgreSQL then refused every claim (too long, a NUL) and the worker
     # retried forever; a lone surrogate raised a bare UnicodeEncodeError.
     longest = "w" * 255
-    assert worker_name(longest) == longest and Worker(worker_id=longest).worker_id == longest
+    assert worker_name(longest) == longest
+    assert Worker(worker_id=longest).worker_id == longest
     for bad, match in (("w" * 256, "at most 255"), ("w\x00", "NUL"), ("w\ud800", "surrogate")):
         with pytest.raises(argparse.ArgumentTypeError, match=match):
             worker_name(bad)
@@ -282,7 +285,8 @@ def test_the_tasks_backend_has_the_same_bounds():
 
 
 def test_worker_counts_at_and_past_their_bounds():
-    assert worker_count("1") == 1 and worker_count("1000") == 1000
+    assert worker_count("1") == 1
+    assert worker_count("1000") == 1000
     for bad in ("0", "1001", "1e9"):
         with pytest.raises(argparse.ArgumentTypeError):
             worker_count(bad)
@@ -303,7 +307,7 @@ def test_a_50_mb_payload_is_refused_under_the_default_limit():
 
 
 def test_a_payload_nested_too_deeply_is_refused():
-    deep: list = []
+    deep: list[Any] = []
     for _ in range(100_000):
         deep = [deep]
     with pytest.raises(PayloadError, match="nested too deeply"):

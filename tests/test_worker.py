@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -17,7 +18,7 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run_burst(**kwargs) -> Worker:
+def run_burst(**kwargs: Any) -> Worker:
     worker = Worker(**kwargs)
     worker.run(burst=True, install_signal_handlers=False)
     return worker
@@ -44,7 +45,7 @@ def test_async_handler_runs():
 
 def test_exception_retries_then_fails_with_type_message_and_traceback():
     job = enqueue("tests.boom", {"why": "bad input"}, max_attempts=3)
-    run_burst(backoff=lambda attempts: 0.0)
+    run_burst(backoff=lambda _: 0.0)
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert job.attempts == 3
@@ -99,14 +100,15 @@ def test_result_json_cannot_hold_fails_the_job():
     run_burst()
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
-    assert "PayloadError" in job.last_error and "return value" in job.last_error
+    assert "PayloadError" in job.last_error
+    assert "return value" in job.last_error
 
 
 def test_priority_order_then_schedule_then_id(tmp_path):
     log = tmp_path / "ran"
     now = timezone.now()
 
-    def job(name, **options):
+    def job(name: str, **options: Any) -> Job:
         return enqueue("tests.record", {"n": name, "path": str(log)}, **options)
 
     job("low", priority=-5)
@@ -235,7 +237,7 @@ def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypat
 
     started, release = threading.Event(), threading.Event()
 
-    def hold(payload: object) -> None:
+    def hold(payload: object) -> None:  # noqa: ARG001 (a handler's signature)
         started.set()
         release.wait(30)
 
@@ -260,7 +262,8 @@ def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypat
     finally:
         release.set()
         registry.unregister("tests.hold_until_released")
-    assert worker.forced and running_when_stopped
+    assert worker.forced
+    assert running_when_stopped
     # Its attempt recorded as interrupted, as after any forced stop; not completed by waiting
     # for it (max_attempts 5: pending again).
     assert (job.status, job.attempts, job.locked_by) == (JobStatus.PENDING, 1, "")
@@ -269,7 +272,7 @@ def test_a_second_signal_before_the_loop_stopped_still_forces_the_exit(monkeypat
 
 def test_a_retry_without_backoff_is_pending_at_once():
     job = enqueue("tests.boom", max_attempts=3)
-    run_burst(backoff=lambda attempts: 0.0)  # each retry is claimed again in the same burst
+    run_burst(backoff=lambda _: 0.0)  # each retry is claimed again in the same burst
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.FAILED, 3)
 

@@ -75,4 +75,5 @@ def test_verbosity_0_prints_only_the_ready_line_and_errors(spawn_worker):
     assert worker.wait() == 0, worker.output()
     lines = worker.output().splitlines()
     assert lines[0] == "sqlq_worker quiet ready"
-    assert len(lines) == 2 and "failed for good" in lines[1], lines
+    assert len(lines) == 2, lines
+    assert "failed for good" in lines[1], lines

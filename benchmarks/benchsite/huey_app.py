@@ -32,7 +32,7 @@ huey = SqliteHuey(
 
 
 @huey.task()
-def noop(i):
+def noop(i):  # noqa: ARG001 (a task)
     return None
 
 

@@ -5,7 +5,7 @@ from django_sqlq import handler
 
 
 @handler("noop")
-def noop(payload):
+def noop(payload):  # noqa: ARG001 (a task)
     return None
 
 

@@ -30,7 +30,7 @@ class Peer:
                 self.enqueue_one(i)
         self.filled = n
 
-    def worker_env(self, workers):
+    def worker_env(self, workers):  # noqa: ARG002 (subclasses use it)
         return {}
 
 

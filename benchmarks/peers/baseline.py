@@ -24,7 +24,7 @@ from peers import Peer as BasePeer
 CHANNEL = "sqlq_bench"
 
 
-def noop(i):
+def noop(i):  # noqa: ARG001 (a task)
     return None
 
 
@@ -177,7 +177,7 @@ class Peer(BasePeer):
 running = True
 
 
-def _stop(signum, frame):
+def _stop(signum, frame):  # noqa: ARG001 (a signal handler)
     global running
     running = False
 

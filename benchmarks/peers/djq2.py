@@ -45,5 +45,5 @@ class Peer(DjangoPeer):
         left = self.sql("SELECT count(*) FROM django_q_ormq")[0][0]
         return self.filled - left
 
-    def worker_argvs(self, workers):
+    def worker_argvs(self, workers):  # noqa: ARG002 (the Peer interface)
         return [self.manage("qcluster")]  # one cluster; it forks `workers` workers

@@ -61,7 +61,7 @@ class QueueDashboardViews(JobModelAdmin):
             raise PermissionDenied
         request.current_app = self.admin_site.name
 
-    def _live_context(self, request: HttpRequest) -> dict[str, Any]:
+    def _live_context(self) -> dict[str, Any]:
         snap = snapshot(queue_alias(), configured=configured_queues())
         return {
             "snap": snap,
@@ -70,7 +70,7 @@ class QueueDashboardViews(JobModelAdmin):
             **admin_links(self.admin_site.name),
         }
 
-    def _charts_context(self, request: HttpRequest) -> dict[str, Any]:
+    def _charts_context(self) -> dict[str, Any]:
         flow = throughput(queue_alias(), cache=True)
         return {
             "flow": flow,
@@ -95,28 +95,28 @@ class QueueDashboardViews(JobModelAdmin):
             "charts_seconds": CHARTS_SECONDS,
             "sqlq_live_url": self._dashboard_url("dashboard_live"),
             "sqlq_charts_url": self._dashboard_url("dashboard_charts"),
-            **self._live_context(request),
-            **self._charts_context(request),
+            **self._live_context(),
+            **self._charts_context(),
         }
         return TemplateResponse(request, "admin/django_sqlq/dashboard.html", context)
 
     def dashboard_live_view(self, request: HttpRequest) -> HttpResponse:
         self._check_dashboard(request)
         return TemplateResponse(
-            request, "admin/django_sqlq/dashboard_live.html", self._live_context(request)
+            request, "admin/django_sqlq/dashboard_live.html", self._live_context()
         )
 
     def dashboard_charts_view(self, request: HttpRequest) -> HttpResponse:
         self._check_dashboard(request)
         return TemplateResponse(
-            request, "admin/django_sqlq/dashboard_charts.html", self._charts_context(request)
+            request, "admin/django_sqlq/dashboard_charts.html", self._charts_context()
         )
 
     def dashboard_alerts_view(self, request: HttpRequest) -> HttpResponse:
         """Just the alerts, for the top of the lists and the app's index page."""
         self._check_dashboard(request)
         context = {
-            **self._live_context(request),
+            **self._live_context(),
             "compact": bool(request.GET.get("compact")),
             # The list the alerts are shown on: no alert links to the page it is on.
             "here": request.GET.get("here", ""),
@@ -133,22 +133,24 @@ class QueueDashboardAdmin(JobModelAdmin):
         return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
 
     def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+        self,
+        request: HttpRequest,
+        extra_context: dict[str, Any] | None = None,  # noqa: ARG002 (Django's signature)
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         site = self.admin_site.name
         return HttpResponseRedirect(reverse(f"{site}:django_sqlq_job_dashboard", current_app=site))
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
         user = request.user
         return user.has_perm("django_sqlq.view_job") or user.has_perm("django_sqlq.change_job")
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:  # noqa: ARG002 (Django's signature)
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
         return False

@@ -25,14 +25,14 @@ class _ChoicesFilter(admin.SimpleListFilter):
     def candidates(self) -> list[str]:
         raise NotImplementedError
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:  # noqa: ARG002 (Django's signature)
         names = list(dict.fromkeys(self.candidates()))
         selected = self.value()
         if selected and selected not in names:
             names.append(selected)
         return [(name, name) for name in names]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:  # noqa: ARG002 (Django's signature)
         value = self.value()
         return queryset.filter(**{self.field_name: value}) if value else queryset
 
@@ -72,13 +72,13 @@ class WhenFilter(admin.SimpleListFilter):
     title = _("scheduled")
     parameter_name = "when"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:  # noqa: ARG002 (Django's signature)
         return [
             ("due", _("due now (waiting for a worker)")),
             ("future", _("scheduled in the future")),
         ]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:  # noqa: ARG002 (Django's signature)
         now = timezone.now()
         if self.value() == "due":
             return queryset.filter(status__in=lifecycle.WAITING, scheduled_at__lte=now)

@@ -64,7 +64,7 @@ class JobPageAdmin(JobModelAdmin):
 
     # -- the job page ---------------------------------------------------------------
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:  # noqa: ARG002 (Django's signature)
         job = (None, {"fields": (
             "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
             "timeout",
@@ -223,7 +223,7 @@ class JobPageAdmin(JobModelAdmin):
             "sqlq_interval": JOB_PAGE_SECONDS,
             "sqlq_started": local_datetime(job.started_at),
             "sqlq_completed": local_datetime(job.completed_at),
-            **self._links(request),
+            **self._links(),
         }
 
     def summary_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -253,5 +253,5 @@ class JobPageAdmin(JobModelAdmin):
         except NoReverseMatch:
             return self._url("change", pk)
 
-    def _links(self, request: HttpRequest) -> dict[str, Any]:
+    def _links(self) -> dict[str, Any]:
         return admin_links(self.admin_site.name)

@@ -90,17 +90,17 @@ class JobAdmin(JobPageAdmin):
             f"django_sqlq.{codename}_{self.opts.model_name}"
         )
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:  # noqa: ARG002 (Django's signature)
         return False  # jobs are enqueued by code, not typed in
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
         return self._has(request, "view") or self._has(request, "change")
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The job page is read-only for everyone; "change" allows the run-now action.
         return obj is None and self._has(request, "change")
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
         return self._has(request, "delete")
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
@@ -114,11 +114,14 @@ class JobAdmin(JobPageAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         return super().get_queryset(request).using(queue_alias())
 
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:  # noqa: ARG002 (Django's signature)
         return JobChangeList
 
     def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+        self,
+        request: HttpRequest,  # noqa: ARG002 (Django's signature)
+        queryset: QuerySet[Any],
+        search_term: str,
     ) -> tuple[QuerySet[Any], bool]:
         term = search_term.strip()
         if not term:
@@ -151,7 +154,7 @@ class JobAdmin(JobPageAdmin):
     ) -> HttpResponse:
         context = {
             "title": str(self.opts.verbose_name_plural).capitalize(),
-            **self._links(request),
+            **self._links(),
             **(extra_context or {}),
         }
         return super().changelist_view(request, context)

@@ -44,7 +44,7 @@ class WorkerProcessAdmin(WorkerModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     paginator = BoundedCountPaginator
 
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:  # noqa: ARG002 (Django's signature)
         return NulSafeChangeList
 
     class Media:
@@ -60,10 +60,10 @@ class WorkerProcessAdmin(WorkerModelAdmin):
         context = {**admin_links(self.admin_site.name), **(extra_context or {})}
         return super().changelist_view(request, context)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:  # noqa: ARG002 (Django's signature)
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
         return False
 
     @admin.display(description=_("state"))

@@ -52,7 +52,7 @@ def vendor(alias: str) -> str:
     return connections[alias].vendor
 
 
-def configure_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+def configure_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:  # noqa: ARG001 (a signal receiver)
     """``connection_created`` receiver: tune new connections to the queue's database."""
     from django_sqlq.conf import get_settings
 

@@ -571,12 +571,13 @@ class QueueOps:
     def listen(
         self,
         *,
-        queues: Sequence[str] | None,
-        wake: Callable[[], None],
-        stop: threading.Event,
-        logger: logging.Logger,
-        alias: str | None = None,
-        probe: Callable[[str], None] | None = None,
+        # The default for engines without notifications; the others override it.
+        queues: Sequence[str] | None,  # noqa: ARG002
+        wake: Callable[[], None],  # noqa: ARG002
+        stop: threading.Event,  # noqa: ARG002
+        logger: logging.Logger,  # noqa: ARG002
+        alias: str | None = None,  # noqa: ARG002
+        probe: Callable[[str], None] | None = None,  # noqa: ARG002
     ) -> threading.Thread | None:
         """Start a thread that calls ``wake()`` when jobs for ``queues`` are committed, if
         the engine can tell. Returns it, or None. ``alias``: listen through this database

@@ -24,7 +24,7 @@ PROBE_TIMEOUT = 2.0
 PROBE_PREFIX = "sqlq-probe:"
 
 
-def _listen_forever(
+def _listen_forever(  # noqa: C901 (one reconnecting loop that also runs the start-up probe)
     params: dict[str, Any],
     queues: set[str] | None,
     wake: Callable[[], None],

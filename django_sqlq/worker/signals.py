@@ -37,7 +37,7 @@ def handler(on_stop: OnStop, on_force: OnForce | None = None) -> Callable[[int, 
     ``on_force(signum)`` in the handler for the second and later ones when given."""
     received = 0
 
-    def handle(signum: int, frame: FrameType | None) -> None:
+    def handle(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001 (signal.signal's)
         nonlocal received
         received += 1
         if received > 1 and on_force is not None:
@@ -87,7 +87,7 @@ def worker_signals(worker: Worker) -> contextlib.AbstractContextManager[None]:
     """SIGTERM/SIGINT for ``worker``: the first asks for a graceful stop, the second
     forces it."""
 
-    def on_stop(signum: int, count: int) -> None:
+    def on_stop(signum: int, count: int) -> None:  # noqa: ARG001 (handler()'s callback)
         logger.info(
             "Worker %s received %s: finishing running jobs, then stopping",
             worker.worker_id,
@@ -95,7 +95,7 @@ def worker_signals(worker: Worker) -> contextlib.AbstractContextManager[None]:
         )
         worker.stop()
 
-    def on_force(signum: int) -> None:
+    def on_force(signum: int) -> None:  # noqa: ARG001 (handler()'s callback)
         worker.forced = True  # before raising: see the finally clause in Worker.run
         raise ForcedStop()
 

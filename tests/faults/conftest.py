@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from tests.conftest import WorkerProcess, wait_for
 HERE = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if os.environ.get("SQLQ_FAULTS") != "0":
         return
     skip = pytest.mark.skip(reason="SQLQ_FAULTS=0")
@@ -210,11 +210,11 @@ class Pool:
 
 
 @pytest.fixture
-def pool(spawn_worker: Callable[..., WorkerProcess]) -> Iterator[Callable[..., Pool]]:
+def pool(spawn_worker: Callable[..., WorkerProcess]) -> Callable[..., Pool]:
     def make(size: int, *args: str, env: dict[str, str] | None = None) -> Pool:
         return Pool(spawn_worker, size, *args, env=env)
 
-    yield make  # spawn_worker kills whatever is left at teardown
+    return make  # spawn_worker kills whatever is left at teardown
 
 
 def seconds_to_exit(

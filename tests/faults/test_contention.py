@@ -101,7 +101,9 @@ class LockHolder(threading.Thread):
                 self.holds += 1
 
 
-def start_enqueuer(index: int, path: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
+def start_enqueuer(
+    index: int, path: Path, log: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
     # Half of them enqueue one job per call (autocommit), half five per transaction.
     batch = "1" if index % 2 == 0 else "5"
     args = [str(index * STRIDE), str(ENQUEUE_SECONDS), str(path), batch, str(THINK_SECONDS)]

@@ -17,12 +17,14 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from django_sqlq import enqueue, registry
 from django_sqlq.models import Job, JobStatus
+from tests.conftest import WorkerProcess
 from tests.faults.conftest import runs, until
 from tests.testapp import fault_jobs
 from tests.testapp.models import Order
@@ -91,7 +93,8 @@ def test_a_handler_that_changes_its_session_cannot_hurt_the_queue(how, raises, s
     assert [Job.objects.get(pk=j.pk).status for j in after] == [JobStatus.COMPLETED] * 3
     assert items() == {"after-0", "after-1", "after-2"}
     boom.refresh_from_db()
-    assert boom.status == JobStatus.FAILED and "Boom" in boom.last_error
+    assert boom.status == JobStatus.FAILED
+    assert "Boom" in boom.last_error
 
 
 def test_after_a_transaction_left_open_the_worker_still_stops_on_sigterm(spawn_worker):
@@ -108,8 +111,8 @@ def test_after_a_transaction_left_open_the_worker_still_stops_on_sigterm(spawn_w
 
 
 def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(
-    tmp_path: Path, spawn_worker
-):
+    tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
     # As in a web process that never imported jobs.py: the registry does not know the type.
     release = tmp_path / "release"  # never created: the worker must abandon the call
     registry.unregister("faults.declared_timeout")
@@ -123,10 +126,13 @@ def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(
     assert worker.wait(30) == 0, worker.output()
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
-    assert "JobTimeoutError" in job.last_error and "timeout of 0.5s" in job.last_error
+    assert "JobTimeoutError" in job.last_error
+    assert "timeout of 0.5s" in job.last_error
 
 
-def test_an_async_handler_that_blocks_its_loop_still_times_out(tmp_path: Path, spawn_worker):
+def test_an_async_handler_that_blocks_its_loop_still_times_out(
+    tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
     # Before: asyncio.wait_for never got control back from a coroutine that blocked its
     # loop, so the timeout never fired and the job (and its runner thread) ran on.
     release = tmp_path / "release"  # never created while the worker runs
@@ -143,7 +149,9 @@ def test_an_async_handler_that_blocks_its_loop_still_times_out(tmp_path: Path, s
     assert (after.status, after.result) == (JobStatus.COMPLETED, 3)
 
 
-def test_a_timed_out_handler_waiting_in_the_database_is_interrupted(tmp_path: Path, spawn_worker):
+def test_a_timed_out_handler_waiting_in_the_database_is_interrupted(
+    tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
     # Before: the abandoned call went on waiting in its statement, holding its connection
     # (a PostgreSQL backend), its transaction and its locks for as long as the statement
     # ran: one more per timed-out attempt.
@@ -157,13 +165,16 @@ def test_a_timed_out_handler_waiting_in_the_database_is_interrupted(tmp_path: Pa
     assert path.read_text().split()[0] == "interrupted", worker.output()
     until(lambda: Job.objects.get(pk=after.pk).status == JobStatus.COMPLETED, 20, "next job")
     job.refresh_from_db()
-    assert job.status == JobStatus.FAILED and "JobTimeoutError" in job.last_error
+    assert job.status == JobStatus.FAILED
+    assert "JobTimeoutError" in job.last_error
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()
 
 
 @pytest.mark.parametrize("kind", ["datetime", "set"])
-def test_a_result_that_cannot_be_stored_fails_the_job_at_once(kind, tmp_path: Path, spawn_worker):
+def test_a_result_that_cannot_be_stored_fails_the_job_at_once(
+    kind: str, tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
     path = tmp_path / "runs"
     job = enqueue("faults.unstorable_result", {"path": str(path), "n": 1, "kind": kind},
                   max_attempts=5)  # fmt: skip
@@ -207,6 +218,7 @@ def test_naive_local_times_agree_with_the_database_clock(spawn_worker):
                             "due": JobStatus.COMPLETED, "failed": JobStatus.FAILED}  # fmt: skip
         # What the database wrote is local time too: within minutes of now, not hours.
         done = Job.objects.get(pk=due.pk)
+        assert done.completed_at is not None
         assert abs(done.completed_at - dt.datetime.now()) < dt.timedelta(minutes=5)
         assert abs(Job.objects.get(pk=delayed.pk).scheduled_at - (now + dt.timedelta(hours=1))) \
             < dt.timedelta(minutes=5)  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -97,7 +98,7 @@ def test_an_error_message_the_database_cannot_store_is_stored_escaped(extra):
 # -- rows edited by hand ---------------------------------------------------------------------
 
 
-def hand_edit(sql: str, params: list) -> None:
+def hand_edit(sql: str, params: list[Any]) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
 
@@ -223,7 +224,8 @@ def test_invalid_options_exit_2_with_a_one_line_message(args, message, worker_en
     code, stderr = sqlq_worker(*args, "--burst", env=worker_env)
     assert code == 2, stderr
     errors = [line for line in stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and errors[0].endswith(message), stderr
+    assert len(errors) == 1, stderr
+    assert errors[0].endswith(message), stderr
     assert "Traceback" not in stderr
 
 
@@ -236,7 +238,8 @@ def test_invalid_options_exit_2_with_a_one_line_message(args, message, worker_en
 )
 def test_invalid_option_values_exit_2_with_a_one_line_message(args, message, worker_env):
     code, stderr = sqlq_worker(*args, "--burst", env=worker_env)
-    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert message in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
     assert code == 2, stderr
 
 

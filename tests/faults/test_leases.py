@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import datetime
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_a_job_five_times_longer_than_its_lease_completes_once(tmp_path, spawn_w
     other = spawn_worker("--worker-id", "other", env=env)
     other.wait_ready()
 
-    samples: list[set] = []
+    samples: list[set[datetime | None]] = []
 
     def all_done() -> bool:
         rows = list(Job.objects.values_list("status", "lease_expires_at"))
@@ -97,7 +98,8 @@ def test_a_job_five_times_longer_than_its_lease_completes_once(tmp_path, spawn_w
 
     until(all_done, 30, "the long jobs completed")
     # While all three ran, their leases were always renewed together: one expiry each time.
-    assert samples and all(len(leases) == 1 for leases in samples), samples
+    assert samples
+    assert all(len(leases) == 1 for leases in samples), samples
     renewals = len({next(iter(leases)) for leases in samples})
     assert renewals >= 3, f"leases renewed only {renewals - 1} times in {5 * lease}s"
     for job in Job.objects.filter(pk__in=[j.pk for j in jobs]):

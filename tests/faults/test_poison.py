@@ -15,6 +15,8 @@ import contextlib
 import resource
 import signal
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +26,7 @@ from tests.faults.conftest import runs, until
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
-RAISED = {
+RAISED: dict[str, tuple[dict[str, Any], str]] = {
     # type: (enqueue options, what last_error starts with)
     "faults.system_exit": ({}, "SystemExit: 3"),
     "faults.keyboard_interrupt": ({}, "KeyboardInterrupt: pressed ^C inside a job"),
@@ -44,7 +46,7 @@ RAISED = {
 }
 
 
-def normal_jobs(tmp_path, count: int, **options) -> list[Job]:
+def normal_jobs(tmp_path: Path, count: int, **options: Any) -> list[Job]:
     path = str(tmp_path / "ran")
     return bulk_enqueue("faults.record", [{"n": n, "path": path} for n in range(count)], **options)
 
@@ -80,7 +82,8 @@ def test_poison_raised_inside_the_worker_fails_the_job_and_not_the_worker(
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     output = worker.output()
-    assert "Traceback" not in output and "could not record" not in output
+    assert "Traceback" not in output
+    assert "could not record" not in output
     report(poison_types=sorted(RAISED), attempts_each=2, normal_jobs_completed=len(normal))
 
 
@@ -122,7 +125,8 @@ def test_poison_that_kills_its_worker_ends_failed_after_max_attempts(
     assert [e["exception_class"] for e in job.errors] == [
         "django_sqlq.exceptions.LeaseLostError"
     ] * 2
-    assert codes and set(codes) <= {1, -signal.SIGSEGV}, codes
+    assert codes
+    assert set(codes) <= {1, -signal.SIGSEGV}, codes
     ran = runs(tmp_path / "ran")
     assert set(ran) == set(range(30))
     report(poison=poison, worker_deaths=len(codes), exit_codes=codes)

@@ -41,7 +41,8 @@ def record_jobs(tmp_path: Path, count: int, **payload: Any) -> list[Job]:
     return bulk_enqueue("faults.record", [{"n": n, "path": path, **payload} for n in range(count)])
 
 
-def test_connection_cut_during_a_claim(postgresql, tmp_path, spawn_worker, report):
+@pytest.mark.usefixtures("postgresql")
+def test_connection_cut_during_a_claim(tmp_path, spawn_worker, report):
     worker = spawn_worker("--worker-id", "claimer")
     worker.wait_ready()
     with transaction.atomic():
@@ -65,7 +66,8 @@ def test_connection_cut_during_a_claim(postgresql, tmp_path, spawn_worker, repor
     report(worker_log=line.split(" WARNING ")[-1][:200])
 
 
-def test_connection_cut_during_a_completion(postgresql, tmp_path, spawn_worker, report):
+@pytest.mark.usefixtures("postgresql")
+def test_connection_cut_during_a_completion(tmp_path, spawn_worker, report):
     started, release, log = tmp_path / "started", tmp_path / "release", tmp_path / "ran"
     job = enqueue(
         "faults.block",
@@ -95,7 +97,8 @@ def test_connection_cut_during_a_completion(postgresql, tmp_path, spawn_worker, 
     report(worker_log=line.split(" WARNING ")[-1][:200])
 
 
-def test_connections_cut_at_random_during_a_drain(postgresql, tmp_path, pool, report):
+@pytest.mark.usefixtures("postgresql")
+def test_connections_cut_at_random_during_a_drain(tmp_path, pool, report):
     jobs = record_jobs(tmp_path, 2000, before=0.005, after=0.005)
     failing = bulk_enqueue("faults.raise", [{"message": "handler says no"}] * 20, max_attempts=2)
     workers = pool(2, "--concurrency", "2")
@@ -140,7 +143,8 @@ def pickup_seconds(make_job: Callable[[], Job], timeout: float = 20) -> float:
     return time.monotonic() - enqueued
 
 
-def test_dead_listen_connection_is_noticed_and_reopened(postgresql, spawn_worker, report):
+@pytest.mark.usefixtures("postgresql")
+def test_dead_listen_connection_is_noticed_and_reopened(spawn_worker, report):
     worker = spawn_worker("--poll-interval", "3")
     worker.wait_ready()
     listeners = until(lambda: backends("LISTEN %"), 10, "the LISTEN connection")
@@ -162,9 +166,8 @@ def test_dead_listen_connection_is_noticed_and_reopened(postgresql, spawn_worker
     )
 
 
-def test_lost_notification_only_delays_pickup_to_the_poll_interval(
-    postgresql, spawn_worker, report
-):
+@pytest.mark.usefixtures("postgresql")
+def test_lost_notification_only_delays_pickup_to_the_poll_interval(spawn_worker, report):
     worker = spawn_worker("--poll-interval", "1")
     worker.wait_ready()
     until(lambda: backends("LISTEN %"), 10, "the LISTEN connection")
@@ -199,7 +202,8 @@ def reconnecting(query: Callable[[], T]) -> Callable[[], T | None]:
     os.environ.get("SQLQ_FAULTS_PG_RESTART") != "1",
     reason="restarts the PostgreSQL server: set SQLQ_FAULTS_PG_RESTART=1 (.ci/run does)",
 )
-def test_server_restart_mid_drain(postgresql, tmp_path, pool, report):
+@pytest.mark.usefixtures("postgresql")
+def test_server_restart_mid_drain(tmp_path, pool, report):
     command = os.environ.get("SQLQ_FAULTS_PG_RESTART_CMD") or (
         "pg_ctlcluster --skip-systemctl-redirect "
         f"{' '.join(sorted(os.listdir('/etc/postgresql')))} main restart"

@@ -15,6 +15,8 @@ import signal
 import statistics
 import time
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -26,7 +28,7 @@ from tests.faults.conftest import errors_in, runs, seconds_to_exit, until
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
 
-def block(n: int, tmp_path, **options) -> Job:
+def block(n: int, tmp_path: Path, **options: Any) -> Job:
     payload = {
         "n": n,
         "started": str(tmp_path / "started"),
@@ -93,9 +95,11 @@ def test_leases_are_renewed_while_running_jobs_finish_after_sigterm(tmp_path, sp
     until(lambda: "finishing running jobs" in worker.output(), 10, "SIGTERM received")
     job.refresh_from_db()
     first_expiry = job.lease_expires_at
+    assert first_expiry is not None
 
     def renewed_past(seconds: float) -> bool:
         job.refresh_from_db()
+        assert job.lease_expires_at is not None
         return job.lease_expires_at - first_expiry >= timedelta(seconds=seconds)
 
     # Three leases' worth of renewals after the signal, and the job still its worker's.

@@ -33,7 +33,7 @@ def fail(message: str) -> None:
 
 
 @task(takes_context=True)
-def whoami(context: TaskContext) -> dict[str, Any]:
+def whoami(context: TaskContext[..., Any]) -> dict[str, Any]:
     return {"id": context.task_result.id, "attempt": context.attempt}
 
 

@@ -64,27 +64,27 @@ def sleep(payload: dict[str, Any]) -> int:
 
 
 @handler("faults.os_exit")
-def os_exit(payload: Any) -> None:
+def os_exit(payload: Any) -> None:  # noqa: ARG001 (a handler)
     os._exit(1)
 
 
 @handler("faults.segfault")
-def segfault(payload: Any) -> None:
+def segfault(payload: Any) -> None:  # noqa: ARG001 (a handler)
     ctypes.string_at(0)
 
 
 @handler("faults.system_exit")
-def system_exit(payload: Any) -> None:
+def system_exit(payload: Any) -> None:  # noqa: ARG001 (a handler)
     sys.exit(3)
 
 
 @handler("faults.keyboard_interrupt")
-def keyboard_interrupt(payload: Any) -> None:
+def keyboard_interrupt(payload: Any) -> None:  # noqa: ARG001 (a handler)
     raise KeyboardInterrupt("pressed ^C inside a job")
 
 
 @handler("faults.async_keyboard_interrupt")
-async def async_keyboard_interrupt(payload: Any) -> None:
+async def async_keyboard_interrupt(payload: Any) -> None:  # noqa: ARG001 (a handler)
     raise KeyboardInterrupt("pressed ^C inside an async job")
 
 
@@ -93,12 +93,12 @@ class Bare(BaseException):
 
 
 @handler("faults.base_exception")
-def base_exception(payload: Any) -> None:
+def base_exception(payload: Any) -> None:  # noqa: ARG001 (a handler)
     raise Bare("a bare BaseException subclass")
 
 
 @handler("faults.recursion")
-def recursion(payload: Any) -> int:
+def recursion(payload: Any) -> int:  # noqa: ARG001 (a handler)
     def down(n: int) -> int:
         return down(n + 1) + 1
 
@@ -162,7 +162,7 @@ def leave_open(payload: dict[str, Any]) -> str:
 
     from tests.testapp.models import Order
 
-    how = payload["how"]
+    how: str = payload["how"]
     if how == "autocommit":  # a write, never committed
         transaction.set_autocommit(False)
         Order.objects.create(item=how)
@@ -212,7 +212,8 @@ def poison_session(payload: dict[str, Any]) -> str:
             cursor.execute("PRAGMA query_only = 1")
     if payload.get("raise"):
         raise ValueError("raised after changing the session")
-    return payload["how"]
+    how: str = payload["how"]
+    return how
 
 
 @handler("faults.db_hang", timeout=0.5)

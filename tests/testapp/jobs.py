@@ -11,7 +11,7 @@ from django_sqlq import handler
 
 
 @handler("tests.noop")
-def noop(payload: Any) -> None:
+def noop(payload: Any) -> None:  # noqa: ARG001 (a handler)
     return None
 
 
@@ -61,16 +61,16 @@ def sleep_then_record(payload: dict[str, Any]) -> str:
 
 
 @handler()
-def by_path(payload: Any) -> str:
+def by_path(payload: Any) -> str:  # noqa: ARG001 (a handler)
     return "by path"
 
 
-def not_a_handler(payload: Any) -> str:
+def not_a_handler(payload: Any) -> str:  # noqa: ARG001 (a handler)
     return "should never run"
 
 
 @handler("tests.unserialisable_result")
-def unserialisable_result(payload: Any) -> object:
+def unserialisable_result(payload: Any) -> object:  # noqa: ARG001 (a handler)
     return {1, 2, 3}
 
 
@@ -80,7 +80,7 @@ async def async_add(payload: dict[str, int]) -> int:
 
 
 @handler("tests.with_context", takes_context=True)
-def with_context(payload: Any, context: Any) -> dict[str, Any]:
+def with_context(payload: Any, context: Any) -> dict[str, Any]:  # noqa: ARG001 (a handler)
     return {"attempt": context.attempt, "job_id": context.job_id, "queue": context.queue}
 
 

@@ -62,7 +62,7 @@ def record(path: str, n: int) -> int:
 
 
 @task(takes_context=True)
-def with_context(context: TaskContext, label: str) -> dict[str, Any]:
+def with_context(context: TaskContext[..., Any], label: str) -> dict[str, Any]:
     result = context.task_result
     return {
         "label": label,
@@ -74,7 +74,7 @@ def with_context(context: TaskContext, label: str) -> dict[str, Any]:
 
 
 @task(takes_context=True, queue_name="reports")
-def flaky(context: TaskContext, path: str) -> int:
+def flaky(context: TaskContext[..., Any], path: str) -> int:
     """Fails on its first attempt, succeeds on the next."""
     with Path(path).open("a") as fh:
         fh.write(f"{context.attempt}\n")

@@ -122,7 +122,8 @@ def test_on_stop_the_unstarted_jobs_are_given_back():
     worker.claimer.release_unstarted()
     row = Job.objects.get(id=job.id)
     assert (row.status, row.attempts) == (JobStatus.PENDING, 0)  # the attempt is not counted
-    assert worker.pool.busy == 0 and worker.held.sorted() == []
+    assert worker.pool.busy == 0
+    assert worker.held.sorted() == []
 
 
 @pytest.mark.django_db(transaction=True)

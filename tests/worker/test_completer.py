@@ -30,11 +30,11 @@ def noop_handler() -> registry.Handler:
 
 
 @pytest.fixture
-def written(monkeypatch) -> Iterator[tuple[Completer, list[list[Done]]]]:
+def written(monkeypatch: pytest.MonkeyPatch) -> tuple[Completer, list[list[Done]]]:
     completer = Worker().completer
     batches: list[list[Done]] = []
     monkeypatch.setattr(completer, "write", batches.append)
-    yield completer, batches
+    return completer, batches
 
 
 def add(completer: Completer, count: int) -> None:
@@ -55,14 +55,16 @@ def test_a_fresh_completion_waits_while_other_jobs_run(written):
     completer, batches = written
     add(completer, 1)
     completer.flush()
-    assert batches == [] and len(completer.pending) == 1
+    assert batches == []
+    assert len(completer.pending) == 1
 
 
 def test_completions_are_written_when_nothing_else_runs(written):
     completer, batches = written
     add(completer, 2)
     completer.flush(idle=True)
-    assert [len(batch) for batch in batches] == [2] and completer.pending == []
+    assert [len(batch) for batch in batches] == [2]
+    assert completer.pending == []
 
 
 def test_a_full_batch_is_written_at_once(written):
@@ -126,10 +128,9 @@ def refuse_marked_results() -> Iterator[None]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_refused_completion_fails_its_attempt_and_the_others_are_written(
-    refuse_marked_results,
-):
-    worker = Worker(worker_id="w-completer", backoff=lambda attempts: 0)
+@pytest.mark.usefixtures("refuse_marked_results")
+def test_a_refused_completion_fails_its_attempt_and_the_others_are_written():
+    worker = Worker(worker_id="w-completer", backoff=lambda _: 0)
     jobs = bulk_enqueue("tests.noop", [{}, {}, {}])
     claimed = lifecycle.claim(
         "default", queues=None, worker_id="w-completer", limit=3, lease_seconds=60
@@ -143,8 +144,10 @@ def test_a_refused_completion_fails_its_attempt_and_the_others_are_written(
         Done(last, {"n": 3}, handler, 0.0),
     ])  # fmt: skip
     rows = {job.id: job for job in Job.objects.filter(id__in=[job.id for job in jobs])}
-    assert rows[first.id].status == JobStatus.COMPLETED and rows[first.id].result == {"n": 1}
-    assert rows[last.id].status == JobStatus.COMPLETED and rows[last.id].result == {"n": 3}
+    assert rows[first.id].status == JobStatus.COMPLETED
+    assert rows[first.id].result == {"n": 1}
+    assert rows[last.id].status == JobStatus.COMPLETED
+    assert rows[last.id].result == {"n": 3}
     assert rows[refused.id].status == JobStatus.PENDING  # retried: its attempt failed
     assert "refused by a test trigger" in rows[refused.id].last_error
     assert (worker.jobs_done, worker.jobs_failed, worker.jobs_retried) == (2, 1, 1)

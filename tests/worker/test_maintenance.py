@@ -62,10 +62,12 @@ def test_the_tidier_starts_after_tidy_every_claims_and_not_while_too_soon(monkey
     tidier.claimed(9)
     assert started == []
     tidier.claimed(1)
-    assert started == [True] and tidier.since == 0
+    assert started == [True]
+    assert tidier.since == 0
     tidier.after = float("inf")  # the last VACUUM ended too recently
     tidier.claimed(10)
-    assert started == [True] and tidier.since == 10
+    assert started == [True]
+    assert tidier.since == 10
 
 
 def test_the_tidier_never_starts_where_nothing_needs_it(monkeypatch):

@@ -53,7 +53,8 @@ def test_a_runner_pool_runs_the_jobs_put_in_its_inbox_and_stops():
     pool.inbox.put_many(claimed)
     pool.start()
     pool.stop()  # the runners finish what is in the inbox before the STOP markers
-    assert pool.busy == 0 and pool.running == {}
+    assert pool.busy == 0
+    assert pool.running == {}
     assert len(worker.completer.pending) == 3
     worker.completer.flush(force=True)
     results = dict(Job.objects.values_list("id", "result"))

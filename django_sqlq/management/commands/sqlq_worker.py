@@ -318,7 +318,7 @@ class Command(BaseCommand):
             help="Only --no-reload is accepted: restart workers from your process manager.",
         )
 
-    def handle(
+    def handle(  # noqa: C901 (one check per option, db_worker's spellings included)
         self,
         *,
         queues: list[str] | None,
@@ -335,7 +335,7 @@ class Command(BaseCommand):
         interval: float | None,
         max_tasks: int | None,
         backend_name: str | None,
-        startup_delay: bool,
+        startup_delay: bool,  # noqa: ARG002 (db_worker's option, ignored)
         reload: bool,
         verbosity: int,
         **options: Any,
