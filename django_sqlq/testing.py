@@ -33,6 +33,7 @@ from django_sqlq.conf import get_settings
 from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.models import Job, JobQuerySet, JobStatus
+from django_sqlq.worker.hooks import job_context
 
 __all__ = [
     "RunResult",
@@ -300,15 +301,7 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
     claimed = _claim(alias, job_id, now or timezone.now())
     if claimed is None:
         return None
-    context = registry.JobContext(
-        job_id=claimed.id,
-        type=claimed.type,
-        queue=claimed.queue,
-        attempt=claimed.attempts,
-        max_attempts=claimed.max_attempts,
-        worker_id=TEST_WORKER_ID,
-        database=alias,
-    )
+    context = job_context(claimed, TEST_WORKER_ID, alias)
     handler: registry.Handler | None = None
     error: BaseException | None = None
     result: Any = None
