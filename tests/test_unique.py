@@ -337,3 +337,81 @@ def test_processes_enqueueing_the_same_key_at_once_make_one_job(worker_env):
     assert sorted(created for _, created in answers) == ["False", "False", "False", "True"]
     wait_for(lambda: Job.objects.count() == 1)
     assert Job.objects.filter(unique_key="shared").count() == 1
+
+
+# -- the tasks backend ------------------------------------------------------------------------
+
+
+def add_key(task: Any, args: Any, kwargs: Any) -> str | None:
+    """TASKS OPTIONS["UNIQUE_KEY"] of the tests: one live add() per pair of numbers."""
+    return f"add:{args[0]}:{args[1]}" if task.name == "add" else None
+
+
+@pytest.fixture
+def unique_backend() -> Any:
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    options = {"UNIQUE_KEY": "tests.test_unique.add_key", "UNIQUE_FOR": 600}
+    default = {**settings.TASKS["default"], "OPTIONS": options}
+    with override_settings(TASKS={**settings.TASKS, "default": default}):
+        yield compat.task_backends["default"]
+
+
+def test_the_tasks_backend_takes_the_key_from_its_option(unique_backend):
+    from django_sqlq import compat
+    from tests.testapp import tasks
+
+    sent: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(task_result)
+
+    compat.task_enqueued.connect(receiver, weak=False)
+    try:
+        first = tasks.add.enqueue(1, 2)
+        second = tasks.add.enqueue(1, 2)
+        other = tasks.add.enqueue(2, 2)
+    finally:
+        compat.task_enqueued.disconnect(receiver)
+    assert second.id == first.id
+    assert other.id != first.id
+    assert [result.id for result in sent] == [first.id, other.id]  # none for the duplicate
+    assert Job.objects.count() == 2
+    assert Job.objects.get(uuid=first.id).unique_key == "add:1:2"
+    # UNIQUE_FOR: the finished job still holds its key for 600 seconds.
+    run_burst()
+    again = tasks.add.enqueue(1, 2)
+    assert again.id == first.id
+    assert again.status == compat.TaskResultStatus.SUCCESSFUL
+    assert again.return_value == 3
+    assert Job.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"UNIQUE_KEY": 42}, "must be a function"),
+        ({"UNIQUE_FOR": 60}, "unique_for needs a unique_key"),
+        ({"UNIQUE_KEY": "tests.test_unique.add_key", "UNIQUE_FOR": -1}, "positive"),
+    ],
+)
+def test_the_tasks_backend_refuses_bad_unique_options(options, message):
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    from django_sqlq.backend import SQLQBackend
+
+    with pytest.raises(compat.InvalidTaskBackend, match=message):
+        SQLQBackend("default", {"OPTIONS": options})
+
+
+def test_the_admin_job_page_shows_the_key(admin_client):
+    from django.urls import reverse
+
+    job = enqueue("tests.noop", unique_key="invoice:42")
+    page = admin_client.get(reverse("admin:django_sqlq_job_change", args=[job.pk]))
+    assert page.status_code == 200
+    assert "invoice:42" in page.content.decode()
