@@ -11,7 +11,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from django_sqlq import registry, statuses, validation
+from django_sqlq import registry, validation
 from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
@@ -168,6 +168,7 @@ def _insert_unique(
 ) -> None:
     """Write ``job`` unless its key is taken; if it is, make ``job`` the job that holds it."""
     key = job.unique_key
+    assert key is not None
     for _ in range(UNIQUE_TRIES):
         row = ops.insert_unique(
             payload=_json_of(job),
@@ -188,12 +189,13 @@ def _insert_unique(
     )
 
 
-def _holder(queue_alias: str, key: str | None) -> Job | None:
+def _holder(queue_alias: str, key: str) -> Job | None:
     """The job that holds ``key``: the live one, else the one that finished last (the job
     unique_for found, or one that finished since the INSERT met it)."""
-    jobs = Job.objects.using(queue_alias).filter(unique_key=key)
-    live: Job | None = jobs.filter(status__in=statuses.LIVE).order_by("-id").first()
-    return live if live is not None else jobs.order_by("-id").first()
+    sql, params = ops_for(queue_alias).holder_sql(key)
+    for job in Job.objects.db_manager(queue_alias).raw(sql, params):
+        return job
+    return None
 
 
 def _take(job: Job, holder: Job, queue_alias: str) -> None:

@@ -415,3 +415,29 @@ def test_the_admin_job_page_shows_the_key(admin_client):
     page = admin_client.get(reverse("admin:django_sqlq_job_change", args=[job.pk]))
     assert page.status_code == 200
     assert "invoice:42" in page.content.decode()
+
+
+def test_retrying_a_job_whose_key_a_live_job_holds_skips_it():
+    failed = enqueue("tests.boom", unique_key="k", max_attempts=1)
+    other_failed = enqueue("tests.boom", unique_key="other", max_attempts=1)
+    plain_failed = enqueue("tests.boom", max_attempts=1)
+    run_burst()
+    live = enqueue("tests.noop", unique_key="k", delay=timedelta(hours=1))
+    assert live.created is True
+    outcome = lifecycle.retry_now([failed.pk, other_failed.pk, plain_failed.pk])
+    assert (outcome.changed, outcome.skipped) == (2, 1)
+    assert Job.objects.get(pk=failed.pk).status == JobStatus.FAILED
+    assert Job.objects.get(pk=other_failed.pk).status == JobStatus.PENDING
+    assert Job.objects.get(pk=plain_failed.pk).status == JobStatus.PENDING
+
+
+def test_retrying_two_finished_jobs_with_one_key_retries_the_newest():
+    older = enqueue("tests.boom", unique_key="k", max_attempts=1)
+    run_burst()
+    newer = enqueue("tests.boom", unique_key="k", max_attempts=1)
+    run_burst()
+    assert newer.created is True and newer.pk != older.pk
+    outcome = lifecycle.retry_now([older.pk, newer.pk])
+    assert (outcome.changed, outcome.skipped) == (1, 1)
+    assert Job.objects.get(pk=newer.pk).status == JobStatus.PENDING
+    assert Job.objects.get(pk=older.pk).status == JobStatus.FAILED

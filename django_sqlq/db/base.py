@@ -333,6 +333,16 @@ class QueueOps:
             self._insert_unique_cache[key] = sql
         return sql
 
+    def holder_sql(self, key: str) -> tuple[str, dict[str, Any]]:
+        """A SELECT of every column of the job that holds ``key`` (for ``Job.objects.raw``):
+        the live one, else the newest; and its parameters. One probe of the key's index."""
+        sql = (
+            f"SELECT * FROM {self.table} WHERE unique_key = %(unique_key)s "
+            f"ORDER BY CASE WHEN status IN ({_in(statuses.LIVE)}) THEN 0 ELSE 1 END, id DESC "
+            f"LIMIT 1"
+        )
+        return sql, {"unique_key": key}
+
     _insert_unique_cache: dict[tuple[type, bool, str, bool], str] = {}
     _insert_one_cache: dict[tuple[type, bool, str], str] = {}
 
