@@ -193,9 +193,8 @@ def _holder(queue_alias: str, key: str) -> Job | None:
     """The job that holds ``key``: the live one, else the one that finished last (the job
     unique_for found, or one that finished since the INSERT met it)."""
     sql, params = ops_for(queue_alias).holder_sql(key)
-    for job in Job.objects.db_manager(queue_alias).raw(sql, params):
-        return job
-    return None
+    found: list[Job] = list(Job.objects.using(queue_alias).raw(sql, params))
+    return found[0] if found else None
 
 
 def _take(job: Job, holder: Job, queue_alias: str) -> None:

@@ -279,7 +279,7 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     ids = list(ids)
     finished = [JobStatus.FAILED, JobStatus.CANCELLED]
     jobs = Job.objects.using(alias or get_settings().DATABASE)
-    newest: dict[str, int] = {}
+    newest: dict[str | None, int] = {}
     for pk, key in (
         jobs.filter(pk__in=ids, status__in=finished)
         .exclude(unique_key=None)
