@@ -15,6 +15,7 @@ from django_sqlq import registry, validation
 from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
+from django_sqlq.db.base import QueueOps
 from django_sqlq.exceptions import (
     ConfigurationError,
     InvalidJobError,
@@ -152,23 +153,23 @@ def _insert(
         if key in written:  # the same key earlier in this bulk_enqueue(): that job
             _take(job, written[key], queue_alias)
         else:
-            _insert_unique(ops, queue_alias, job, fields, delay_seconds, unique_for)
+            _insert_unique(ops, queue_alias, job, key, fields, delay_seconds, unique_for)
             written[key] = job
     if plain:
         _insert_plain(ops, queue_alias, plain, fields, delay_seconds)
 
 
 def _insert_unique(
-    ops: Any,
+    ops: QueueOps,
     queue_alias: str,
     job: Job,
+    key: str,
     fields: dict[str, Any],
     delay_seconds: float | None,
     unique_for: float | None,
 ) -> None:
-    """Write ``job`` unless its key is taken; if it is, make ``job`` the job that holds it."""
-    key = job.unique_key
-    assert key is not None
+    """Write ``job`` unless its ``key`` is taken; if it is, make ``job`` the job that holds
+    it."""
     for _ in range(UNIQUE_TRIES):
         row = ops.insert_unique(
             payload=_json_of(job),
@@ -208,7 +209,7 @@ def _take(job: Job, holder: Job, queue_alias: str) -> None:
 
 
 def _insert_plain(
-    ops: Any,
+    ops: QueueOps,
     queue_alias: str,
     jobs: list[Job],
     fields: dict[str, Any],
