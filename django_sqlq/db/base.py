@@ -52,8 +52,10 @@ UNIQUE_LIVE_SQL = (
 )
 #: Finished jobs of the key ``%(unique_key)s`` that finished after ``{since}``: the jobs
 #: ``unique_for`` covers (completed, failed or cancelled, by ``completed_at``).
+#: The key is cast to the column's type, as ``INSERT ... SELECT`` types it: with
+#: psycopg's server-side binding one parameter must have one type.
 RECENTLY_FINISHED_SQL = (
-    "SELECT 1 FROM {table} WHERE unique_key = %(unique_key)s "
+    "SELECT 1 FROM {table} WHERE unique_key = CAST(%(unique_key)s AS VARCHAR(255)) "
     f"AND status IN ({_in(statuses.FINISHED)}) AND completed_at > {{since}}"
 )
 
@@ -404,7 +406,9 @@ class QueueOps:
         self, fields: dict[str, Any], delay_seconds: float | None
     ) -> dict[str, Any]:
         """The parameters of an INSERT of new jobs with ``fields``, but their payloads."""
-        params = {name: fields[name] for name in FIELD_COLUMNS}
+        # Only a unique enqueue's fields hold a unique_key; every other field is given.
+        params = {name: fields[name] for name in FIELD_COLUMNS if name != "unique_key"}
+        params["unique_key"] = fields.get("unique_key")
         scheduled = fields.get("scheduled_at")
         if scheduled is not None:
             scheduled = self.connection.ops.adapt_datetimefield_value(scheduled)
