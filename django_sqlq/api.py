@@ -15,6 +15,7 @@ from django_sqlq import registry, validation
 from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
+from django_sqlq.db.base import QueueOps
 from django_sqlq.exceptions import (
     ConfigurationError,
     InvalidJobError,
@@ -29,6 +30,13 @@ Target = str | Callable[..., Any]
 # Jobs per INSERT in bulk_enqueue: large enough to amortise the round trip, small enough to
 # keep one statement's memory and lock time modest.
 BULK_CHUNK = 10_000
+
+# Times a unique enqueue tries again when the job that held its key was gone (deleted,
+# pruned) by the time it looked for it: each try either writes the job or finds one.
+UNIQUE_TRIES = 3
+
+#: bulk_enqueue()'s unique_key: one key (or None) per payload, or a function of the payload.
+UniqueKeys = Sequence[str | None] | Callable[[Any], str | None]
 
 
 def _validate_int(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -92,11 +100,17 @@ def _caller_alias(queue_alias: str, using: str | None) -> str | None:
     return None
 
 
-def _write(queue_alias: str, jobs: list[Job], delay_seconds: float | None = None) -> None:
-    """Insert the jobs with one statement per chunk. On PostgreSQL the same statement sends
-    the NOTIFY that wakes idle workers when the transaction commits."""
+def _write(
+    queue_alias: str,
+    jobs: list[Job],
+    delay_seconds: float | None = None,
+    unique_for: float | None = None,
+) -> None:
+    """Insert the jobs with one statement per chunk (one per job with a ``unique_key``). On
+    PostgreSQL the same statement sends the NOTIFY that wakes idle workers when the
+    transaction commits."""
     try:
-        _insert(queue_alias, jobs, delay_seconds)
+        _insert(queue_alias, jobs, delay_seconds, unique_for)
     except DatabaseError as exc:
         if is_missing_table(exc):
             raise ConfigurationError(
@@ -106,7 +120,9 @@ def _write(queue_alias: str, jobs: list[Job], delay_seconds: float | None = None
         raise
 
 
-def _insert(queue_alias: str, jobs: list[Job], delay_seconds: float | None) -> None:
+def _insert(
+    queue_alias: str, jobs: list[Job], delay_seconds: float | None, unique_for: float | None
+) -> None:
     ops = ops_for(queue_alias)
     first = jobs[0]
     fields = {
@@ -116,10 +132,92 @@ def _insert(queue_alias: str, jobs: list[Job], delay_seconds: float | None) -> N
         "max_attempts": first.max_attempts,
         "timeout": first.timeout,
         "scheduled_at": first.scheduled_at if isinstance(first.scheduled_at, datetime) else None,
+        "unique_key": None,
     }
-    if len(jobs) == 1:
+    if len(jobs) == 1 and first.unique_key is None:
         row = ops.insert_one(payload=_json_of(first), fields=fields, delay_seconds=delay_seconds)
         _saved(first, row, queue_alias)
+        return
+    # Jobs with a key one by one, each with its own INSERT ... ON CONFLICT; runs of jobs
+    # without one as bulk_enqueue always wrote them; the ids follow the payloads' order.
+    plain: list[Job] = []
+    written: dict[str, Job] = {}
+    for job in jobs:
+        key = job.unique_key
+        if key is None:
+            plain.append(job)
+            continue
+        if plain:
+            _insert_plain(ops, queue_alias, plain, fields, delay_seconds)
+            plain = []
+        if key in written:  # the same key earlier in this bulk_enqueue(): that job
+            _take(job, written[key], queue_alias)
+        else:
+            _insert_unique(ops, queue_alias, job, key, fields, delay_seconds, unique_for)
+            written[key] = job
+    if plain:
+        _insert_plain(ops, queue_alias, plain, fields, delay_seconds)
+
+
+def _insert_unique(
+    ops: QueueOps,
+    queue_alias: str,
+    job: Job,
+    key: str,
+    fields: dict[str, Any],
+    delay_seconds: float | None,
+    unique_for: float | None,
+) -> None:
+    """Write ``job`` unless its ``key`` is taken; if it is, make ``job`` the job that holds
+    it."""
+    for _ in range(UNIQUE_TRIES):
+        row = ops.insert_unique(
+            payload=_json_of(job),
+            fields={**fields, "unique_key": key},
+            delay_seconds=delay_seconds,
+            unique_for=unique_for,
+        )
+        if row is not None:
+            _saved(job, row, queue_alias)
+            return
+        holder = _holder(queue_alias, key)
+        if holder is not None:
+            _take(job, holder, queue_alias)
+            return
+    raise DatabaseError(  # pragma: no cover - the key's jobs deleted between every try
+        f"unique_key {key!r}: the INSERT found the key taken and then no job holding it, "
+        f"{UNIQUE_TRIES} times."
+    )
+
+
+def _holder(queue_alias: str, key: str) -> Job | None:
+    """The job that holds ``key``: the live one, else the one that finished last (the job
+    unique_for found, or one that finished since the INSERT met it)."""
+    sql, params = ops_for(queue_alias).holder_sql(key)
+    found: list[Job] = list(Job.objects.using(queue_alias).raw(sql, params))
+    return found[0] if found else None
+
+
+def _take(job: Job, holder: Job, queue_alias: str) -> None:
+    """Turn the unsaved ``job`` into a copy of ``holder``, the job its key returned."""
+    state = job._state
+    job.__dict__.update({k: v for k, v in holder.__dict__.items() if k != "_state"})
+    job.__dict__.pop("_sqlq_json", None)
+    state.adding = False
+    state.db = queue_alias
+    job.created = False
+
+
+def _insert_plain(
+    ops: QueueOps,
+    queue_alias: str,
+    jobs: list[Job],
+    fields: dict[str, Any],
+    delay_seconds: float | None,
+) -> None:
+    if len(jobs) == 1:
+        row = ops.insert_one(payload=_json_of(jobs[0]), fields=fields, delay_seconds=delay_seconds)
+        _saved(jobs[0], row, queue_alias)
         return
     for start in range(0, len(jobs), BULK_CHUNK):
         chunk = jobs[start : start + BULK_CHUNK]
@@ -168,34 +266,46 @@ def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:
     job.updated_at = job.created_at
     job._state.adding = False
     job._state.db = alias
+    job.created = True
 
 
 def _submit(
-    queue_alias: str, jobs: list[Job], using: str | None, delay_seconds: float | None = None
+    queue_alias: str,
+    jobs: list[Job],
+    using: str | None,
+    delay_seconds: float | None = None,
+    unique_for: float | None = None,
 ) -> None:
     caller = _caller_alias(queue_alias, using)
     if caller is None or caller == queue_alias:
         # Same database (or no transaction): the rows are part of the caller's transaction.
         if len(jobs) > 1 and caller is None:
             with transaction.atomic(using=queue_alias):
-                _write(queue_alias, jobs, delay_seconds)
+                _write(queue_alias, jobs, delay_seconds, unique_for)
         else:
-            _write(queue_alias, jobs, delay_seconds)
+            _write(queue_alias, jobs, delay_seconds, unique_for)
     else:
         # Another database: the jobs exist if and only if the caller's transaction commits.
-        transaction.on_commit(partial(_write, queue_alias, jobs, delay_seconds), using=caller)
+        transaction.on_commit(
+            partial(_write, queue_alias, jobs, delay_seconds, unique_for), using=caller
+        )
 
 
 def _run_inline(queue_alias: str, jobs: list[Job], using: str | None) -> None:
     """``SQLQ["TESTING"] = "inline"``: run the jobs just submitted, at once (or, when their
     rows are written on the caller's commit, right after them)."""
-    from django_sqlq.testing import run_inline
-
     if not jobs or jobs[0].pk is not None:
-        run_inline(jobs)
+        _run_created(jobs)
     else:
         caller = _caller_alias(queue_alias, using)
-        transaction.on_commit(partial(run_inline, jobs), using=caller)
+        transaction.on_commit(partial(_run_created, jobs), using=caller)
+
+
+def _run_created(jobs: list[Job]) -> None:
+    """Run the jobs this call wrote; not those a ``unique_key`` returned instead."""
+    from django_sqlq.testing import run_inline
+
+    run_inline([job for job in jobs if job.created])
 
 
 def submit_job(
@@ -203,14 +313,17 @@ def submit_job(
     *,
     using: str | None = None,
     on_written: Callable[[Job], None] | None = None,
+    unique_for: float | None = None,
 ) -> None:
     """Write one Job whose fields the caller has validated, under enqueue()'s transaction
     rules, then call ``on_written(job)`` once the row exists: at once, or (when the jobs
     table is in another database than the caller's open transaction) after that
     transaction commits. For other front ends onto the queue, such as the tasks backend.
+    With a ``job.unique_key`` that a job already holds, ``job`` becomes that job
+    (``job.created`` is False); ``unique_for``: seconds, as enqueue() takes it.
     """
     queue_alias = get_settings().DATABASE
-    _submit(queue_alias, [job], using)
+    _submit(queue_alias, [job], using, unique_for=unique_for)
     if on_written is None:
         return
     if job.pk is not None:
@@ -232,6 +345,8 @@ def enqueue(
     max_attempts: int | None = None,
     timeout: float | None = None,
     using: str | None = None,
+    unique_key: str | None = None,
+    unique_for: timedelta | None = None,
 ) -> Job:
     """Add a job. Bad input raises here and writes nothing.
 
@@ -239,6 +354,9 @@ def enqueue(
     ``payload``: anything JSON can hold (``None`` stores ``{}``).
     ``using``: the alias of the caller's transaction, when the jobs table lives in another
     database and several transactions are open (by default: the first one open).
+    ``unique_key``: while a job with this key is scheduled, pending or processing (and,
+    with ``unique_for``, while one finished less than that long ago), write nothing and
+    return that job instead; ``job.created`` tells which (True: written by this call).
     """
     conf = get_settings()
     type_name = registry.type_name_for(target)
@@ -255,9 +373,12 @@ def enqueue(
         max_attempts=max_attempts,
         timeout=timeout,
     )
+    window = validation.check_unique(unique_key, unique_for)
+    if unique_key is not None:
+        fields["unique_key"] = validation.check_unique_key(unique_key)
     delay_seconds = fields.pop("_delay_seconds", None)
     job = _new_job(fields, payload, encoded)
-    _submit(conf.DATABASE, [job], using, delay_seconds)
+    _submit(conf.DATABASE, [job], using, delay_seconds, window)
     if conf.TESTING == "inline":
         _run_inline(conf.DATABASE, [job], using)
     return job
@@ -279,10 +400,16 @@ def bulk_enqueue(
     max_attempts: int | None = None,
     timeout: float | None = None,
     using: str | None = None,
+    unique_key: UniqueKeys | None = None,
+    unique_for: timedelta | None = None,
 ) -> list[Job]:
     """Add one job per payload, all of one type, in one statement (a few for huge lists).
 
     Every payload is checked before anything is written: one bad payload writes no job.
+    ``unique_key``: a list of keys (``None`` for no key), one per payload, or a function
+    that returns the key (or ``None``) of a payload. Each job with a key is one INSERT of
+    its own, as in enqueue(); a key a live job holds, or one given twice in the call, gives
+    that job back in the key's places (``job.created`` False) instead of writing another.
     """
     if isinstance(payloads, (str, bytes, bytearray, Mapping)) or not isinstance(
         payloads, Iterable
@@ -312,13 +439,48 @@ def bulk_enqueue(
         max_attempts=max_attempts,
         timeout=timeout,
     )
+    window = validation.check_unique(unique_key, unique_for)
+    keys = _unique_keys(unique_key, items)
     delay_seconds = fields.pop("_delay_seconds", None)
     jobs = [_new_job(fields, p, text) for p, text in zip(items, encoded, strict=True)]
+    if keys is not None:
+        for job, key in zip(jobs, keys, strict=True):
+            job.unique_key = key
     if jobs:
-        _submit(conf.DATABASE, jobs, using, delay_seconds)
+        _submit(conf.DATABASE, jobs, using, delay_seconds, window)
         if conf.TESTING == "inline":
             _run_inline(conf.DATABASE, jobs, using)
     return jobs
+
+
+def _unique_keys(unique_key: UniqueKeys | None, items: Sequence[Any]) -> list[str | None] | None:
+    """bulk_enqueue()'s ``unique_key``, as one checked key (or None) per payload."""
+    if unique_key is None:
+        return None
+    if isinstance(unique_key, (str, bytes)) or not (
+        callable(unique_key) or isinstance(unique_key, Sequence)
+    ):
+        raise InvalidJobError(
+            "bulk_enqueue()'s unique_key is a list of keys, one per payload, or a function "
+            f"of the payload that returns its key; got {_short_repr(unique_key)}. One key for "
+            "every payload would make one job: use enqueue()."
+        )
+    if callable(unique_key):
+        keys = [unique_key(payload) for payload in items]
+    else:
+        keys = list(unique_key)
+        if len(keys) != len(items):
+            raise InvalidJobError(
+                f"bulk_enqueue() got {len(items)} payloads and {len(keys)} unique keys: give "
+                "one key (or None) per payload."
+            )
+    checked: list[str | None] = []
+    for index, key in enumerate(keys):
+        try:
+            checked.append(None if key is None else validation.check_unique_key(key))
+        except InvalidJobError as exc:
+            raise InvalidJobError(f"unique_key of payloads[{index}]: {exc}") from exc
+    return checked
 
 
 async def aenqueue(
@@ -332,6 +494,8 @@ async def aenqueue(
     max_attempts: int | None = None,
     timeout: float | None = None,
     using: str | None = None,
+    unique_key: str | None = None,
+    unique_for: timedelta | None = None,
 ) -> Job:
     """``enqueue()`` for async code (an ``async def`` view), as ``Task.aenqueue`` is.
 
@@ -352,6 +516,8 @@ async def aenqueue(
         max_attempts=max_attempts,
         timeout=timeout,
         using=using,
+        unique_key=unique_key,
+        unique_for=unique_for,
     )
 
 
@@ -366,6 +532,8 @@ async def abulk_enqueue(
     max_attempts: int | None = None,
     timeout: float | None = None,
     using: str | None = None,
+    unique_key: UniqueKeys | None = None,
+    unique_for: timedelta | None = None,
 ) -> list[Job]:
     """``bulk_enqueue()`` for async code; the same guarantees as :func:`aenqueue`. The jobs
     are written in one transaction: all of them, or (on any error) none."""
@@ -379,4 +547,6 @@ async def abulk_enqueue(
         max_attempts=max_attempts,
         timeout=timeout,
         using=using,
+        unique_key=unique_key,
+        unique_for=unique_for,
     )

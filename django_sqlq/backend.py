@@ -32,8 +32,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from django.apps import apps
@@ -89,6 +89,13 @@ OPTION_DEFAULTS: Final[Mapping[str, Any]] = {
     # The framework has no retries: a task that raises is FAILED at once. More than 1 opts
     # in to django_sqlq's retries, with SQLQ["RETRY_BACKOFF"] between attempts.
     "MAX_ATTEMPTS": 1,
+    # A function (or its dotted path) of (task, args, kwargs) returning the enqueue's
+    # unique_key, or None for none: a task whose key a live job holds is not enqueued again;
+    # enqueue() returns that job's result.
+    "UNIQUE_KEY": None,
+    # How long after its job finished a key stays taken: a timedelta (or seconds); needs
+    # UNIQUE_KEY.
+    "UNIQUE_FOR": None,
 }
 
 
@@ -99,7 +106,11 @@ class SQLQBackend(BaseTaskBackend):
     ``["default"]``; an empty list allows any name), checked by the framework at ``using()``
     and again at ``enqueue()``. It is independent of ``SQLQ["QUEUES"]``, which lists the
     queues of plain ``enqueue()`` jobs; ``sqlq_worker --backend ALIAS`` serves these.
-    ``OPTIONS``: ``MAX_ATTEMPTS`` (default 1).
+    ``OPTIONS``: ``MAX_ATTEMPTS`` (default 1); ``UNIQUE_KEY``, a function or its dotted path,
+    ``(task, args, kwargs) -> str | None``, the ``unique_key`` of each enqueue; ``UNIQUE_FOR``,
+    a timedelta or seconds, the ``unique_for`` of those with a key. When a key is taken,
+    ``enqueue()`` writes nothing and returns the result of the job that holds it (its id,
+    status...), and ``task_enqueued`` is not sent.
     """
 
     supports_defer = True
@@ -144,6 +155,20 @@ class SQLQBackend(BaseTaskBackend):
                 f"got {max_attempts!r}."
             )
         self.max_attempts: int = max_attempts
+        # A dotted path is imported at the first enqueue: apps may still be loading here.
+        unique_key = self.options.get("UNIQUE_KEY")
+        unique_for = self.options.get("UNIQUE_FOR")
+        try:
+            if not (unique_key is None or isinstance(unique_key, str) or callable(unique_key)):
+                raise InvalidJobError(f"it must be a function, got {unique_key!r}.")
+            if isinstance(unique_for, (int, float)) and not isinstance(unique_for, bool):
+                unique_for = timedelta(seconds=unique_for)
+            self.unique_for = validation.check_unique(unique_key, unique_for)
+        except InvalidJobError as exc:
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS']['UNIQUE_KEY'/'UNIQUE_FOR']: {exc}"
+            ) from None
+        self._unique_key: str | Callable[..., Any] | None = unique_key
         # The worker asks the registry for each job type no @handler claims; this turns
         # the module path of a @task into a handler. Registering twice is a no-op.
         registry.add_resolver(resolve_task)
@@ -204,6 +229,15 @@ class SQLQBackend(BaseTaskBackend):
         )
         if run_after is not None:
             job.scheduled_at = validation.check_run_at(run_after, what="run_after")
+        if self._unique_key is not None:
+            if isinstance(self._unique_key, str):
+                self._unique_key = cast(Callable[..., Any], import_string(self._unique_key))
+            key = self._unique_key(task, args, kwargs)
+            if key is not None:
+                try:
+                    job.unique_key = validation.check_unique_key(key)
+                except InvalidJobError as exc:
+                    raise InvalidTask(f"UNIQUE_KEY of {task.module_path}: {exc}") from None
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id="",
@@ -225,6 +259,12 @@ class SQLQBackend(BaseTaskBackend):
             # created_at the INSERT returned, exactly what get_result() will read (the
             # database's clock, like every time in the jobs table; a time taken in Python
             # would disagree with the row, and SQLite's clock keeps only milliseconds).
+            if job.created is False:
+                # Its key was taken: the result of the job that holds it, and no signal.
+                holder = task_result_for(job)
+                for field in dataclasses.fields(result):
+                    object.__setattr__(result, field.name, getattr(holder, field.name))
+                return
             object.__setattr__(result, "id", str(job.uuid))
             object.__setattr__(result, "enqueued_at", job.created_at)
             task_enqueued.send(type(self), task_result=result)
@@ -235,7 +275,7 @@ class SQLQBackend(BaseTaskBackend):
                 run_inline([job])
                 result.refresh()
 
-        submit_job(job, on_written=written)
+        submit_job(job, on_written=written, unique_for=self.unique_for)
         return result
 
     def get_result(self, result_id: str | uuid.UUID) -> TaskResult[Any, Any]:

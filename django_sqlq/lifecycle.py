@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Q
+
+from django_sqlq import statuses
 from django_sqlq._django import raw_delete
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
@@ -234,17 +237,21 @@ class Outcome:
 
 
 def _apply(
-    ids: Iterable[int], allowed: Sequence[str], alias: str | None, **changes: Any
+    ids: Iterable[int],
+    allowed: Sequence[str],
+    alias: str | None,
+    *,
+    unless: Q | None = None,
+    **changes: Any,
 ) -> Outcome:
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
     # One conditional UPDATE: a job whose status changed meanwhile (a worker claimed it) no
     # longer matches, so it is skipped, never corrupted.
-    changed = (
-        Job.objects.using(alias)
-        .filter(pk__in=wanted, status__in=allowed)
-        .update(updated_at=DatabaseNow(), **changes)
-    )
+    jobs = Job.objects.using(alias).filter(pk__in=wanted, status__in=allowed)
+    if unless is not None:
+        jobs = jobs.exclude(unless)
+    changed = jobs.update(updated_at=DatabaseNow(), **changes)
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 
 
@@ -265,12 +272,28 @@ def _wake(ids: Iterable[int], alias: str | None, outcome: Outcome) -> Outcome:
 
 
 def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
-    """failed | cancelled -> pending, runnable now, attempts reset."""
+    """failed | cancelled -> pending, runnable now, attempts reset.
+
+    A job whose ``unique_key`` a live job holds (or a newer job among ``ids`` retried with
+    it) is skipped: two live jobs with one key are what the key forbids."""
     ids = list(ids)
+    finished = [JobStatus.FAILED, JobStatus.CANCELLED]
+    jobs = Job.objects.using(alias or get_settings().DATABASE)
+    newest: dict[str | None, int] = {}
+    for pk, key in (
+        jobs.filter(pk__in=ids, status__in=finished)
+        .exclude(unique_key=None)
+        .order_by("id")
+        .values_list("id", "unique_key")
+    ):
+        newest[key] = pk
+    held = jobs.filter(status__in=statuses.LIVE, unique_key__isnull=False).values("unique_key")
+    unless = Q(unique_key__in=held) | (~Q(unique_key=None) & ~Q(pk__in=newest.values()))
     outcome = _apply(
         ids,
-        [JobStatus.FAILED, JobStatus.CANCELLED],
+        finished,
         alias,
+        unless=unless,
         status=JobStatus.PENDING,
         attempts=0,
         scheduled_at=DatabaseNow(),

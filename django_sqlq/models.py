@@ -133,6 +133,23 @@ class Job(models.Model):
     locked_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
+    # NULL, not '', for "no key": NULLs never collide in the unique index, and the partial
+    # indexes leave them out.
+    unique_key = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text=_(
+            "While a job with this key is scheduled, pending or processing, enqueueing "
+            "another with the same key returns this one instead."
+        ),
+    )
+
+    #: Set on the Jobs that ``enqueue()`` and ``bulk_enqueue()`` return: True when the call
+    #: wrote this row, False when it returned an existing job with the same ``unique_key``
+    #: instead (as ``get_or_create()``'s ``created``). None on jobs read from the database,
+    #: and until the row is written when that waits for the caller's commit.
+    created: bool | None = None
 
     objects: ClassVar[JobQuerySet] = QueueDatabaseManager.from_queryset(JobQuerySet)()  # type: ignore[assignment]
 
@@ -171,6 +188,13 @@ class Job(models.Model):
             models.Index(fields=["-id"], name="sqlq_job_failed_idx", condition=Q(status="failed")),
             # Throughput over time (the dashboard); pruning old finished rows will use it too.
             models.Index(fields=["completed_at"], name="sqlq_job_completed_idx"),
+            # A key's jobs, finished ones too (unique_for looks among those). Partial: jobs
+            # without a key never enter it.
+            models.Index(
+                fields=["unique_key"],
+                name="sqlq_job_unique_key_idx",
+                condition=Q(unique_key__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -182,6 +206,14 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=1), name="sqlq_job_max_attempts_positive"
+            ),
+            # One live job per unique_key, across processes and hosts. enqueue()'s
+            # INSERT ... ON CONFLICT names this index by its columns and this condition
+            # (django_sqlq.db.base.UNIQUE_LIVE_SQL): change them together.
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                name="sqlq_job_unique_key_live",
+                condition=Q(unique_key__isnull=False, status__in=statuses.LIVE),
             ),
         ]
 

@@ -20,3 +20,6 @@ CANCELLED: Final = "cancelled"
 ALL: Final = (SCHEDULED, PENDING, PROCESSING, COMPLETED, FAILED, CANCELLED)
 #: The statuses of a job that will not run again unless an operator retries it.
 FINISHED: Final = (COMPLETED, FAILED, CANCELLED)
+#: The statuses of a job that has yet to finish: while a job with a ``unique_key`` is in one
+#: of them, no other job with that key can be enqueued (``sqlq_job_unique_key_live``).
+LIVE: Final = (SCHEDULED, PENDING, PROCESSING)

@@ -31,6 +31,8 @@ RUN_AT_MAX = datetime(9000, 1, 1, tzinfo=UTC)
 MAX_TIMEOUT = float(threading.TIMEOUT_MAX)
 # The worker's waits (poll interval, lease): at most a day.
 MAX_INTERVAL_SECONDS = 86400.0
+# A job's unique_key is stored in a varchar(255).
+MAX_UNIQUE_KEY = 255
 # A worker id is stored in locked_by and sqlq_worker.worker_id (varchar(255)).
 MAX_WORKER_ID = 255
 
@@ -148,3 +150,36 @@ def schedule(run_at: Any, delay: Any) -> datetime | float | None:
         value = check_delay(delay)
         return value or None
     return None
+
+
+def check_unique_key(value: object) -> str:
+    """A job's ``unique_key``: a string of 1 to MAX_UNIQUE_KEY characters every engine can
+    store."""
+    if not isinstance(value, str):
+        raise InvalidJobError(f"unique_key must be a string, got {_type_and_value(value)}.")
+    return check_name("unique_key", value, max_length=MAX_UNIQUE_KEY)
+
+
+def _type_and_value(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def check_unique(unique_key: object, unique_for: object) -> float | None:
+    """``unique_for``: None, or a positive timedelta (at most MAX_DELAY_SECONDS) given with a
+    ``unique_key``. Returns it in seconds."""
+    if unique_for is None:
+        return None
+    if unique_key is None:
+        raise InvalidJobError("unique_for needs a unique_key: it says how long that key stays "
+                              "taken after its job finished.")  # fmt: skip
+    if not isinstance(unique_for, timedelta):
+        raise InvalidJobError(
+            f"unique_for must be a timedelta, got {_type_and_value(unique_for)}."
+        )
+    value = unique_for.total_seconds()
+    if not 0 < value <= MAX_DELAY_SECONDS:
+        raise InvalidJobError(
+            f"unique_for must be a positive timedelta of at most 100 years, got {unique_for!r}."
+        )
+    return value

@@ -358,6 +358,15 @@ def test_every_statement_runs_with_psycopgs_server_side_binding():
         assert ops.release([jobs[2].id, jobs[3].id], worker_id="w") == 2
         Job.objects.filter(pk=jobs[4].id).update(lease_expires_at=None)
         assert [row[0] for row in ops.reap()] == [jobs[4].id]
+        keyed = {**fields, "unique_key": "k"}
+        for window in (None, 60.0):
+            new = ops.insert_unique(payload="{}", fields=keyed, delay_seconds=None,
+                                    unique_for=window)  # fmt: skip
+            assert (new is not None) == (window is None)  # the first holds the key
+        sql, params = ops.holder_sql("k")
+        with bound.cursor() as cursor:
+            cursor.execute(sql, params)
+            assert cursor.fetchone() is not None
     finally:
         bound.close()
 

@@ -46,7 +46,8 @@ class JobPageAdmin(JobModelAdmin):
     change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
         "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
-        "timeout", "payload_display", "result_display", "last_error_display", "errors_display",
+        "timeout", "unique_key", "payload_display", "result_display", "last_error_display",
+        "errors_display",
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
         "failed_at_display", "cancelled_at_display",
         "worker_display", "locked_at", "lease_expires_at",
@@ -67,7 +68,7 @@ class JobPageAdmin(JobModelAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:  # noqa: ARG002 (Django's signature)
         job = (None, {"fields": (
             "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
-            "timeout",
+            "timeout", "unique_key",
         )})  # fmt: skip
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})

@@ -27,6 +27,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from django_sqlq import statuses
 from django_sqlq.db.columns import FIELD_COLUMNS, INSERT_COLUMNS, JOB_COLUMNS, New
 from django_sqlq.db.columns import ClaimedJob as ClaimedJob  # its home until it moved
 
@@ -37,6 +38,26 @@ class Finished(NamedTuple):
     id: int
     attempt: int
     result: Any = None
+
+
+def _in(values: Sequence[str]) -> str:
+    return ", ".join(f"'{value}'" for value in values)
+
+
+#: The conflict target of a unique enqueue: the columns and the condition of the partial
+#: unique index ``sqlq_job_unique_key_live`` (``Job.Meta.constraints``), as its migration
+#: wrote it, so that both engines infer that index from it.
+UNIQUE_LIVE_SQL = (
+    f"(unique_key) WHERE (status IN ({_in(statuses.LIVE)}) AND unique_key IS NOT NULL)"
+)
+#: Finished jobs of the key ``%(unique_key)s`` that finished after ``{since}``: the jobs
+#: ``unique_for`` covers (completed, failed or cancelled, by ``completed_at``).
+#: The key is cast to the column's type, as ``INSERT ... SELECT`` types it: with
+#: psycopg's server-side binding one parameter must have one type.
+RECENTLY_FINISHED_SQL = (
+    "SELECT 1 FROM {table} WHERE unique_key = CAST(%(unique_key)s AS VARCHAR(255)) "
+    f"AND status IN ({_in(statuses.FINISHED)}) AND completed_at > {{since}}"
+)
 
 
 # ``errors`` keeps the entries of the last attempts only: a job retried for ever (a huge
@@ -263,6 +284,68 @@ class QueueOps:
             row = cursor.fetchone()
         return row[0], self.to_datetime(row[1]), self.to_datetime(row[2]), self.to_uuid(row[3])
 
+    def insert_unique(
+        self,
+        *,
+        payload: str,
+        fields: dict[str, Any],
+        delay_seconds: float | None,
+        unique_for: float | None,
+    ) -> tuple[int, Any, Any, uuid.UUID] | None:
+        """Insert one job with ``fields["unique_key"]`` unless a live job holds that key (or,
+        with ``unique_for`` seconds, one with that key finished less than that long ago).
+        Returns what :meth:`insert_one` returns, or None when it wrote nothing.
+
+        ``INSERT ... ON CONFLICT DO NOTHING`` on the live jobs' unique index: on PostgreSQL
+        it waits for a transaction that inserted the same key and has not committed yet
+        (nothing if that one rolls back); on SQLite, one writer at a time, the other
+        transaction has committed or rolled back before this one can write."""
+        scheduled = fields.get("scheduled_at")
+        params = self.new_job_params(fields, delay_seconds)
+        params["payload"] = payload
+        params["unique_since"] = -unique_for if unique_for is not None else None
+        sql = self._insert_unique_sql(scheduled is not None, unique_for is not None)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        return row[0], self.to_datetime(row[1]), self.to_datetime(row[2]), self.to_uuid(row[3])
+
+    def _insert_unique_sql(self, fixed_time: bool, window: bool) -> str:
+        key = (type(self), fixed_time, self.now_sql(), window)
+        sql = self._insert_unique_cache.get(key)
+        if sql is None:
+            columns, values = self.new_row_sql(
+                payload_sql=self.json_param_sql("payload"), fixed_time=fixed_time
+            )
+            if window:
+                recent = RECENTLY_FINISHED_SQL.format(
+                    table=self.table, since=self.later_sql("unique_since")
+                )
+                source = f"SELECT {values} WHERE NOT EXISTS ({recent})"
+            else:
+                # WHERE true: SQLite would read the ON of ON CONFLICT as a join's.
+                source = f"SELECT {values} WHERE true"
+            sql = self.with_notify(
+                f"INSERT INTO {self.table} ({columns}) {source} "
+                f"ON CONFLICT {UNIQUE_LIVE_SQL} DO NOTHING "
+                f"RETURNING id, scheduled_at, created_at, uuid"
+            )
+            self._insert_unique_cache[key] = sql
+        return sql
+
+    def holder_sql(self, key: str) -> tuple[str, dict[str, Any]]:
+        """A SELECT of every column of the job that holds ``key`` (for ``Job.objects.raw``):
+        the live one, else the newest; and its parameters. One probe of the key's index."""
+        sql = (
+            f"SELECT * FROM {self.table} WHERE unique_key = %(unique_key)s "
+            f"ORDER BY CASE WHEN status IN ({_in(statuses.LIVE)}) THEN 0 ELSE 1 END, id DESC "
+            f"LIMIT 1"
+        )
+        return sql, {"unique_key": key}
+
+    _insert_unique_cache: dict[tuple[type, bool, str, bool], str] = {}
     _insert_one_cache: dict[tuple[type, bool, str], str] = {}
 
     def _insert_one_sql(self, fixed_time: bool) -> str:
@@ -323,7 +406,9 @@ class QueueOps:
         self, fields: dict[str, Any], delay_seconds: float | None
     ) -> dict[str, Any]:
         """The parameters of an INSERT of new jobs with ``fields``, but their payloads."""
-        params = {name: fields[name] for name in FIELD_COLUMNS}
+        # Only a unique enqueue's fields hold a unique_key; every other field is given.
+        params = {name: fields[name] for name in FIELD_COLUMNS if name != "unique_key"}
+        params["unique_key"] = fields.get("unique_key")
         scheduled = fields.get("scheduled_at")
         if scheduled is not None:
             scheduled = self.connection.ops.adapt_datetimefield_value(scheduled)

@@ -64,6 +64,7 @@ JOB_COLUMNS: Final[dict[str, New | str | None]] = {
     "locked_at": None,
     "lease_expires_at": None,
     "result": None,
+    "unique_key": New.FIELD,
 }
 
 #: The columns an INSERT writes, in order.

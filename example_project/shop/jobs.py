@@ -29,3 +29,15 @@ def send_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
         "sent_to": order.customer_email,
         "sent_at": order.confirmation_sent_at.isoformat(),
     }
+
+
+@handler("shop.resend_order_confirmation")
+def resend_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
+    """Send the order's confirmation again, when the customer asks for it. Its view enqueues
+    it with a unique_key, so a double submission of the button queues it once."""
+    order = Order.objects.get(pk=payload["order_id"])
+    # A real shop would call django.core.mail.send_mail(...) here.
+    order.confirmation_sent_at = timezone.now()
+    order.save(update_fields=["confirmation_sent_at"])
+    logger.info("Sent the confirmation of order #%s to %s again", order.pk, order.customer_email)
+    return {"order_id": order.pk, "sent_to": order.customer_email, "resent": True}

@@ -48,6 +48,21 @@ class OrderFormTests(TestCase):
         self.assertEqual(Order.objects.get().confirmation_sent_at, sent_at)
 
 
+class ResendTests(TestCase):
+    def test_a_double_submitted_resend_queues_one_job(self):
+        order = Order.objects.create(**ORDER)
+        first = self.client.post(f"/orders/{order.pk}/resend/", follow=True)
+        second = self.client.post(f"/orders/{order.pk}/resend/", follow=True)
+        assert_enqueued("shop.resend_order_confirmation", payload={"order_id": order.pk}, count=1)
+        self.assertContains(first, "will be sent again")
+        self.assertContains(second, "a resend is already queued")
+        # Once that job has run, the button queues a new one.
+        outcome = run_jobs()
+        self.assertEqual((outcome.completed, outcome.failed), (1, 0))
+        self.client.post(f"/orders/{order.pk}/resend/")
+        assert_enqueued("shop.resend_order_confirmation", count=1)
+
+
 @inline()
 class InlineModeTests(TestCase):
     def test_sample_orders_are_confirmed_at_once(self):
