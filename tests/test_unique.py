@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -276,7 +276,7 @@ def test_two_concurrent_transactions_end_with_one_job():
     PostgreSQL its INSERT waits on the unique index; on SQLite for the write lock), then
     returns the first's job."""
     first_written = threading.Event()
-    second_started = threading.Event()
+    second_sent = threading.Event()  # the second has sent its first statement
     results: dict[str, Any] = {}
 
     def first() -> None:
@@ -284,20 +284,23 @@ def test_two_concurrent_transactions_end_with_one_job():
             with transaction.atomic():
                 results["first"] = enqueue("tests.noop", {"by": "first"}, unique_key="k")
                 first_written.set()
-                # Hold the transaction open until the second is on its way (or has waited
-                # a while): the second enqueue cannot finish before this commits.
-                second_started.wait(30)
-                time.sleep(0.3)
+                # Hold the transaction open until the second's statement is on its way:
+                # it cannot finish before this commits.
+                assert second_sent.wait(30)
                 results["second_done_before_commit"] = "second" in results
         finally:
             connections.close_all()
 
+    def announce(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        second_sent.set()
+        return execute(sql, params, many, context)
+
     def second() -> None:
         try:
             first_written.wait(30)
-            second_started.set()
-            # SQLite: BEGIN IMMEDIATE waits here for the first's commit (one writer).
-            with transaction.atomic():
+            # SQLite: BEGIN IMMEDIATE waits for the first's commit (one writer); PostgreSQL:
+            # the INSERT waits on the unique index.
+            with connection.execute_wrapper(announce), transaction.atomic():
                 results["second"] = enqueue("tests.noop", {"by": "second"}, unique_key="k")
         except Exception as exc:  # pragma: no cover - reported below
             results["error"] = exc
