@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from django.db import connections
 
+from django_sqlq.worker import Worker
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # django_sqlq's pytest plugin (the ``sqlq`` fixtures). An installed package loads it through
@@ -30,6 +32,13 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s: {condition}")
         time.sleep(interval)
+
+
+def run_burst(**kwargs: Any) -> Worker:
+    """Run a ``Worker(**kwargs)`` in this process until no runnable job is left."""
+    worker = Worker(**kwargs)
+    worker.run(burst=True, install_signal_handlers=False)
+    return worker
 
 
 @pytest.fixture

@@ -30,8 +30,7 @@ from django.utils import timezone
 
 from django_sqlq import compat, enqueue, lifecycle
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.worker import Worker
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,12 +82,6 @@ def retrying(tasks: ModuleType) -> Iterator[Any]:  # noqa: ARG001 (needs the tas
     """TASKS["retrying"] (for in-process workers and commands only)."""
     with override_settings(TASKS={**settings.TASKS, "retrying": RETRYING}):
         yield compat.task_backends["retrying"]
-
-
-def run_burst(**kwargs: Any) -> Worker:
-    worker = Worker(**kwargs)
-    worker.run(burst=True, install_signal_handlers=False)
-    return worker
 
 
 def statuses(results: list[Any], backend: Any) -> list[str]:

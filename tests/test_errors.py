@@ -10,13 +10,9 @@ import pytest
 from django_sqlq import compat, enqueue
 from django_sqlq.lifecycle import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.worker import Worker
+from tests.conftest import run_burst
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_burst() -> None:
-    Worker().run(burst=True, install_signal_handlers=False)
 
 
 def test_a_huge_exception_message_is_capped_in_last_error_and_every_entry():

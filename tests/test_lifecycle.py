@@ -5,7 +5,6 @@ and the retry backoff."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -14,15 +13,9 @@ from django.utils import timezone
 from django_sqlq import enqueue, lifecycle
 from django_sqlq.conf import get_settings
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.worker import Worker
+from tests.conftest import run_burst
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_burst(**kwargs: Any) -> Worker:
-    worker = Worker(**kwargs)
-    worker.run(burst=True, install_signal_handlers=False)
-    return worker
 
 
 def test_default_backoff_is_exponential_capped_and_jittered():

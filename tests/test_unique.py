@@ -19,14 +19,9 @@ from django.utils import timezone
 from django_sqlq import bulk_enqueue, enqueue, lifecycle
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.worker import Worker
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
-
-
-def run_burst(**kwargs: Any) -> None:
-    Worker(**kwargs).run(burst=True, install_signal_handlers=False)
 
 
 def test_a_second_enqueue_with_the_key_returns_the_first_job():

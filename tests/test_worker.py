@@ -13,15 +13,9 @@ from django.utils import timezone
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 from django_sqlq.worker import Worker
-from tests.conftest import wait_for
+from tests.conftest import run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_burst(**kwargs: Any) -> Worker:
-    worker = Worker(**kwargs)
-    worker.run(burst=True, install_signal_handlers=False)
-    return worker
 
 
 def test_success_stores_the_result():

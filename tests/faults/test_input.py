@@ -23,18 +23,11 @@ from django.test import override_settings
 
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.worker import Worker
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_burst
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
 MB = 1_000_000
-
-
-def run_burst() -> Worker:
-    worker = Worker()
-    worker.run(burst=True, install_signal_handlers=False)
-    return worker
 
 
 def status(job: Job) -> tuple[str, int]:
