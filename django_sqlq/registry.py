@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ Resolver = Callable[[str], Handler | None]
 _handlers: dict[str, Handler] = {}
 _resolvers: list[Resolver] = []
 _lock = threading.Lock()
+_unimportable: set[str] = set()  # module names _load() could not import
 
 
 def dotted_path(func: Callable[..., Any]) -> str:
@@ -133,7 +135,11 @@ def handler(name: Any = None, *, timeout: float | None = None, takes_context: bo
 def type_name_for(target: str | Callable[..., Any]) -> str:
     """The job type to store for what the caller passed to enqueue()."""
     if isinstance(target, str):
-        return validate_type_name(target)
+        name = validate_type_name(target)
+        # The dotted path of a handler registered under a name (``@handler("emails.send")``
+        # on ``app.jobs.send``): its jobs carry the name, like those enqueued by function.
+        spec = _handlers.get(name) or _load(name)
+        return spec.name if spec is not None else name
     if callable(target):
         for spec in list(_handlers.values()):
             if spec.func is target:
@@ -144,6 +150,22 @@ def type_name_for(target: str | Callable[..., Any]) -> str:
     raise InvalidJobError(
         f"enqueue() takes a handler name, dotted path or function, got {target!r}."
     )
+
+
+def _load(path: str) -> Handler | None:
+    """Import the module of dotted ``path`` unless it already is (once: a module that
+    cannot be imported is not tried again), which registers its handlers; the handler at
+    ``path`` then, or None."""
+    module_name = path.rpartition(".")[0]
+    if not module_name or module_name in sys.modules or module_name in _unimportable:
+        return None
+    try:
+        importlib.import_module(module_name)
+    except ImportError:
+        if len(_unimportable) < 10_000:
+            _unimportable.add(module_name)
+        return None
+    return _handlers.get(path)
 
 
 def add_resolver(resolver: Resolver) -> None:
