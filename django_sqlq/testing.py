@@ -15,6 +15,7 @@ point) offers them as the ``sqlq`` fixture.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,6 +32,7 @@ from django.utils import timezone
 from django_sqlq import lifecycle, registry
 from django_sqlq.conf import get_settings
 from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.exceptions import UnknownHandlerError
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.models import Job, JobQuerySet, JobStatus
 from django_sqlq.worker.hooks import job_context
@@ -85,6 +87,23 @@ def _type_name(target: Target) -> str:
         # A @task: its jobs' type is the function's module path (see backend.enqueue).
         return str(target.module_path)
     return registry.type_name_for(cast("str | Callable[..., Any]", target))
+
+
+def _check_known(name: str) -> None:
+    try:
+        registry.get(registry.type_name_for(name))
+        return
+    except UnknownHandlerError:
+        registry.autodiscover()  # the installed apps' jobs.py, as the worker imports them
+    try:
+        registry.get(registry.type_name_for(name))
+    except UnknownHandlerError:
+        close = difflib.get_close_matches(name, sorted(registry.registered()), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"refute_enqueued({name!r}): no handler or task is registered for this job type, "
+            f"so no job of it could be found, whatever the code under test does.{hint}"
+        ) from None
 
 
 def _matches(payload: Any, subset: Any) -> bool:
@@ -183,7 +202,11 @@ def refute_enqueued(
     queue: str | None = None,
     using: str | None = None,
 ) -> None:
-    """Fail if a job matching (see :func:`enqueued_jobs`) is enqueued."""
+    """Fail if a job matching (see :func:`enqueued_jobs`) is enqueued. A job type named by
+    a string no handler or task answers to is a ``ValueError``: a misspelt type would make
+    the check pass whatever the code under test enqueues."""
+    if isinstance(target, str):
+        _check_known(target)
     found = enqueued_jobs(target, payload=payload, queue=queue, using=using)
     if found:
         raise AssertionError(

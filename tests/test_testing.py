@@ -451,3 +451,12 @@ def test_a_bad_count_or_max_jobs_is_an_error_not_a_silent_pass(bad):
     with pytest.raises(ValueError, match="max_jobs must be"):
         run_jobs(max_jobs=bad if bad != 1.5 else 0)
     assert run_jobs(max_jobs=1).completed == 1
+
+
+def test_refute_enqueued_of_a_misspelt_type_is_an_error_not_a_pass():
+    enqueue("tests.echo", {"to": "a@example.com"})
+    with pytest.raises(ValueError, match=r"'tests.ecko'.*Did you mean 'tests.echo'"):
+        refute_enqueued("tests.ecko")
+    # A registered type, a handler's dotted path and a @task's path are known.
+    refute_enqueued("tests.add")
+    refute_enqueued("tests.testapp.jobs.add")
