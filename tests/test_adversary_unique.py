@@ -7,7 +7,11 @@ Each test asserts what the docs promise. The ones marked "FINDING" failed when w
 from __future__ import annotations
 
 import enum
+import subprocess
+import sys
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +29,7 @@ from django_sqlq import abulk_enqueue, aenqueue, bulk_enqueue, enqueue, lifecycl
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.testing import inline, run_jobs
-from tests.conftest import run_burst, wait_for
+from tests.conftest import ROOT, run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
 
@@ -665,3 +669,72 @@ def test_the_admins_retry_of_every_failed_job_retries_the_newest_of_a_key(admin_
     assert Job.objects.get(pk=newer.pk).status == JobStatus.PENDING
     assert Job.objects.get(pk=older.pk).status == JobStatus.FAILED
     assert Job.objects.pending().count() == 1201
+
+
+# -- worker processes, enqueuer processes and the admin on the same keys ---------------------
+
+KEYED_ENQUEUER = """
+import os, sys, time
+import django
+django.setup()
+from django_sqlq import enqueue
+start, path, rounds = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+while time.time() < start:
+    time.sleep(0.001)
+for i in range(rounds):
+    n = os.getpid() * 1000 + i
+    job = enqueue("tests.record", {"n": n, "path": path}, unique_key=f"k{i % 4}")
+    print(job.pk, job.created, job.unique_key, flush=True)
+"""
+
+
+def test_workers_enqueuers_and_the_admin_on_the_same_keys(
+    tmp_path, spawn_worker, worker_env, admin_client
+):
+    """Two sqlq_worker processes, three processes enqueueing the same four keys, and an
+    operator cancelling waiting jobs and reading the lists meanwhile: every job written runs
+    at most once, every "not created" answer names a job with that key, and no key ever has
+    two live jobs (the index); the admin's pages stay up."""
+    log = tmp_path / "ran"
+    workers = [spawn_worker("--concurrency", "2", "-v", "0") for _ in range(2)]
+    for worker in workers:
+        worker.wait_ready()
+    start = time.time() + 3  # after every process has set Django up
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", KEYED_ENQUEUER, str(start), str(log), "60"],
+            env=worker_env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    changelist = reverse("admin:django_sqlq_job_changelist")
+    while any(proc.poll() is None for proc in procs):
+        waiting = list(Job.objects.waiting().values_list("pk", flat=True)[:5])
+        if waiting:
+            response = admin_client.post(
+                changelist,
+                {"action": "cancel_jobs", "_selected_action": waiting, "index": 0},
+                follow=True,
+            )
+            assert response.status_code == 200
+        assert admin_client.get(changelist + "?q=k1").status_code == 200
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    answers = [line.split() for out, _ in outputs for line in out.splitlines()]
+    assert len(answers) == 180
+    wait_for(lambda: not Job.objects.filter(status__in=LIVE).exists(), timeout=120)
+    keys = dict(Job.objects.values_list("pk", "unique_key"))
+    created = [int(pk) for pk, flag, _key in answers if flag == "True"]
+    assert len(created) == len(set(created)) == len(keys)  # each job written once, told once
+    for pk, _flag, key in answers:
+        assert keys[int(pk)] == key
+    ran = Counter(line.split()[0] for line in log.read_text().splitlines() if line)
+    assert max(ran.values()) == 1
+    assert len(ran) == Job.objects.completed().count()
+    statuses = set(Job.objects.values_list("status", flat=True))
+    assert statuses <= {JobStatus.COMPLETED, JobStatus.CANCELLED}
