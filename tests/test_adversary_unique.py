@@ -638,6 +638,28 @@ def test_a_unique_for_option_out_of_bounds_raises_invalid_task_backend(with_opti
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "unique_key",
+    ["not a path", "", "tests.no_such_module.key", "tests.settings.SECRET_KEY"],
+)
+def test_a_unique_key_option_that_is_no_function_raises_invalid_task_backend(
+    with_options, unique_key
+):
+    """FINDING (both engines): tasks-backend.md: "A bad OPTIONS value (... a UNIQUE_KEY
+    that is not a function or a dotted path ...) raises InvalidTaskBackend when the backend
+    is first used". A string that is no dotted path, a path to no module, or a path to
+    something that is not a function raises ImportError or TypeError at each enqueue."""
+    from django_sqlq import compat
+    from tests.testapp import tasks
+
+    with (
+        with_options(UNIQUE_KEY=unique_key),
+        pytest.raises(compat.InvalidTaskBackend, match="UNIQUE_KEY"),
+    ):
+        tasks.add.enqueue(1, 2)
+    assert not Job.objects.exists()
+
+
 # -- the admin ---------------------------------------------------------------------------------
 
 
