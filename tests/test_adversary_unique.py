@@ -527,6 +527,20 @@ def test_inline_mode_never_runs_the_holder_of_a_taken_key(tmp_path: Path) -> Non
     assert Job.objects.get(pk=done.pk).attempts == 1
 
 
+def test_inline_bulk_enqueue_fills_in_the_outcome_of_a_key_given_twice():
+    """FINDING (both engines): inline mode returns "the Job with its outcome filled in", and
+    in bulk_enqueue "a key given twice writes one job, and the later payload's place in the
+    returned list holds that job". Inline, that later place holds a copy taken before the
+    job ran: status pending, while the job (and the first place) is completed."""
+    with inline():
+        jobs = bulk_enqueue("tests.echo", [{"n": 1}, {"n": 2}], unique_key=["n", "n"])
+    assert [job.created for job in jobs] == [True, False]
+    assert jobs[1].pk == jobs[0].pk
+    assert jobs[0].status == JobStatus.COMPLETED
+    assert jobs[1].status == JobStatus.COMPLETED
+    assert jobs[1].result == jobs[0].result == {"n": 1}
+
+
 # -- the tasks backend -------------------------------------------------------------------------
 
 
