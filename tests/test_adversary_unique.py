@@ -774,3 +774,13 @@ def test_workers_enqueuers_and_the_admin_on_the_same_keys(
     assert len(ran) == Job.objects.completed().count()
     statuses = set(Job.objects.values_list("status", flat=True))
     assert statuses <= {JobStatus.COMPLETED, JobStatus.CANCELLED}
+
+
+def test_the_admin_job_page_escapes_the_key(admin_client):
+    key = "<script>alert('key')</script>"
+    job = enqueue("tests.noop", unique_key=key)
+    page = admin_client.get(reverse("admin:django_sqlq_job_change", args=[job.pk]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert key not in html
+    assert "&lt;script&gt;alert(&#x27;key&#x27;)&lt;/script&gt;" in html
