@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
@@ -138,25 +138,25 @@ def _insert(
         row = ops.insert_one(payload=_json_of(first), fields=fields, delay_seconds=delay_seconds)
         _saved(first, row, queue_alias)
         return
-    # Jobs with a key one by one, each with its own INSERT ... ON CONFLICT; runs of jobs
-    # without one as bulk_enqueue always wrote them; the ids follow the payloads' order.
-    plain: list[Job] = []
+    # The jobs without a key many per statement, in the payloads' order; then those with a
+    # key, one INSERT ... ON CONFLICT each, in the keys' order: two calls over the same keys
+    # then take them in one order, so that on PostgreSQL neither can wait for a key the
+    # other holds while holding one it waits for (a deadlock).
+    plain = [job for job in jobs if job.unique_key is None]
+    if plain:
+        _insert_plain(ops, queue_alias, plain, fields, delay_seconds)
     written: dict[str, Job] = {}
-    for job in jobs:
-        key = job.unique_key
-        if key is None:
-            plain.append(job)
-            continue
-        if plain:
-            _insert_plain(ops, queue_alias, plain, fields, delay_seconds)
-            plain = []
+    for job in sorted((job for job in jobs if job.unique_key is not None), key=_key_of):
+        key = _key_of(job)
         if key in written:  # the same key earlier in this bulk_enqueue(): that job
             _take(job, written[key], queue_alias)
         else:
             _insert_unique(ops, queue_alias, job, key, fields, delay_seconds, unique_for)
             written[key] = job
-    if plain:
-        _insert_plain(ops, queue_alias, plain, fields, delay_seconds)
+
+
+def _key_of(job: Job) -> str:
+    return cast("str", job.unique_key)
 
 
 def _insert_unique(
@@ -305,7 +305,13 @@ def _run_created(jobs: list[Job]) -> None:
     """Run the jobs this call wrote; not those a ``unique_key`` returned instead."""
     from django_sqlq.testing import run_inline
 
-    run_inline([job for job in jobs if job.created])
+    created = [job for job in jobs if job.created]
+    run_inline(created)
+    # A key given twice in one bulk_enqueue(): the later place holds the job, as it is now.
+    ran = {job.pk: job for job in created}
+    for job in jobs:
+        if not job.created and job.pk in ran:
+            _take(job, ran[job.pk], cast("str", job._state.db))
 
 
 def submit_job(
