@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from django_sqlq import statuses
@@ -234,6 +235,7 @@ class Outcome:
 
     changed: int
     skipped: int
+    held: int = 0  # of the skipped: retry_now's jobs whose unique_key a live job holds
 
 
 def _apply(
@@ -275,10 +277,12 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """failed | cancelled -> pending, runnable now, attempts reset.
 
     A job whose ``unique_key`` a live job holds (or a newer job among ``ids`` retried with
-    it) is skipped: two live jobs with one key are what the key forbids."""
+    it) is skipped: two live jobs with one key are what the key forbids. ``Outcome.held``
+    counts them."""
     ids = list(ids)
+    alias = alias or get_settings().DATABASE
     finished = [JobStatus.FAILED, JobStatus.CANCELLED]
-    jobs = Job.objects.using(alias or get_settings().DATABASE)
+    jobs = Job.objects.using(alias)
     newest: dict[str | None, int] = {}
     for pk, key in (
         jobs.filter(pk__in=ids, status__in=finished)
@@ -287,22 +291,39 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
         .values_list("id", "unique_key")
     ):
         newest[key] = pk
-    held = jobs.filter(status__in=statuses.LIVE, unique_key__isnull=False).values("unique_key")
-    unless = Q(unique_key__in=held) | (~Q(unique_key=None) & ~Q(pk__in=newest.values()))
-    outcome = _apply(
-        ids,
-        finished,
-        alias,
-        unless=unless,
-        status=JobStatus.PENDING,
-        attempts=0,
-        scheduled_at=DatabaseNow(),
-        completed_at=None,
-        locked_by="",
-        locked_at=None,
-        lease_expires_at=None,
-    )
-    return _wake(ids, alias, outcome)
+    unless: Q | None = None
+    if newest:
+        live = jobs.filter(status__in=statuses.LIVE, unique_key__isnull=False)
+        unless = Q(unique_key__in=live.values("unique_key")) | (
+            ~Q(unique_key=None) & ~Q(pk__in=newest.values())
+        )
+    changes: dict[str, Any] = {
+        "status": JobStatus.PENDING,
+        "attempts": 0,
+        "scheduled_at": DatabaseNow(),
+        "completed_at": None,
+        "locked_by": "",
+        "locked_at": None,
+        "lease_expires_at": None,
+    }
+    try:
+        with transaction.atomic(using=alias):
+            outcome = _apply(ids, finished, alias, unless=unless, **changes)
+    except IntegrityError:
+        # An enqueue took one of the keys after the check above (on PostgreSQL the UPDATE
+        # waited for its transaction, then met the key's unique index): job by job, each in
+        # a savepoint, skipping those whose key is now held.
+        outcome = Outcome(changed=0, skipped=0)
+        for pk in dict.fromkeys(ids):
+            try:
+                with transaction.atomic(using=alias):
+                    one = _apply([pk], finished, alias, unless=unless, **changes)
+            except IntegrityError:
+                one = Outcome(changed=0, skipped=1)
+            outcome = Outcome(outcome.changed + one.changed, outcome.skipped + one.skipped)
+    # Of the jobs left failed or cancelled, those the key kept from a retry.
+    held = jobs.filter(pk__in=ids, status__in=finished).filter(unless).count() if unless else 0
+    return _wake(ids, alias, Outcome(outcome.changed, outcome.skipped, held=held))
 
 
 WAITING = (JobStatus.SCHEDULED, JobStatus.PENDING)

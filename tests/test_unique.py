@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.test import override_settings
+from django.test import Client, override_settings
+from django.urls import reverse
 from django.utils import timezone
 
 from django_sqlq import bulk_enqueue, enqueue, lifecycle
@@ -440,7 +441,7 @@ def test_retrying_a_job_whose_key_a_live_job_holds_skips_it():
     live = enqueue("tests.noop", unique_key="k", delay=timedelta(hours=1))
     assert live.created is True
     outcome = lifecycle.retry_now([failed.pk, other_failed.pk, plain_failed.pk])
-    assert (outcome.changed, outcome.skipped) == (2, 1)
+    assert (outcome.changed, outcome.skipped, outcome.held) == (2, 1, 1)
     assert Job.objects.get(pk=failed.pk).status == JobStatus.FAILED
     assert Job.objects.get(pk=other_failed.pk).status == JobStatus.PENDING
     assert Job.objects.get(pk=plain_failed.pk).status == JobStatus.PENDING
@@ -454,6 +455,20 @@ def test_retrying_two_finished_jobs_with_one_key_retries_the_newest():
     assert newer.created is True
     assert newer.pk != older.pk
     outcome = lifecycle.retry_now([older.pk, newer.pk])
-    assert (outcome.changed, outcome.skipped) == (1, 1)
+    assert (outcome.changed, outcome.skipped, outcome.held) == (1, 1, 1)
     assert Job.objects.get(pk=newer.pk).status == JobStatus.PENDING
     assert Job.objects.get(pk=older.pk).status == JobStatus.FAILED
+
+
+def test_the_admins_retry_of_a_job_whose_key_is_held_names_the_key_as_the_reason(
+    admin_client: Client,
+) -> None:
+    failed = enqueue("tests.boom", unique_key="k", max_attempts=1)
+    run_burst()
+    enqueue("tests.noop", unique_key="k", delay=timedelta(hours=1))
+    url = reverse("admin:django_sqlq_job_retry", args=[failed.pk])
+    response = admin_client.post(url, follow=True)
+    [message] = [str(m) for m in response.context["messages"]]
+    assert message.startswith("Retried 0 jobs")
+    assert "Skipped 1 job whose unique key a live job holds" in message
+    assert Job.objects.get(pk=failed.pk).status == JobStatus.FAILED

@@ -123,10 +123,11 @@ class ActionReport:
     not_applicable: dict[str, int]  # reason (a status, or "already due") -> jobs
     raced: int  # applicable when read, changed by someone else before the write
     missing: int  # no longer exist
+    held: int = 0  # applicable, but a live job holds their unique_key (retry)
 
     @property
     def skipped(self) -> int:
-        return sum(self.not_applicable.values()) + self.raced + self.missing
+        return sum(self.not_applicable.values()) + self.raced + self.held + self.missing
 
     def message(self) -> str:
         parts = [ngettext(*self.action.done, self.changed) % {"n": self.changed}]
@@ -140,6 +141,17 @@ class ActionReport:
                     count,
                 )
                 % {"n": count, "why": why, "rule": self.action.rule}
+            )
+        if self.held:
+            parts.append(
+                ngettext(
+                    "Skipped %(n)d job whose unique key a live job holds (two live jobs "
+                    "with one key are what the key forbids); it was left as it is.",
+                    "Skipped %(n)d jobs whose unique keys live jobs hold (two live jobs "
+                    "with one key are what the key forbids); they were left as they are.",
+                    self.held,
+                )
+                % {"n": self.held}
             )
         if self.raced:
             parts.append(
@@ -191,15 +203,17 @@ def perform(
             not_applicable[gettext("already due")] += 1
         else:
             not_applicable[status_label(status).lower()] += 1
-    changed = 0
+    changed = held = 0
     for start in range(0, len(applicable), ACTION_CHUNK):
         outcome = action.run(applicable[start : start + ACTION_CHUNK], alias=alias)
         changed += outcome.changed
+        held += outcome.held
     return ActionReport(
         action=action,
         changed=changed,
         not_applicable=dict(not_applicable),
-        raced=len(applicable) - changed,
+        raced=len(applicable) - changed - held,
+        held=held,
         missing=max(0, (requested if requested is not None else len(rows)) - len(rows)),
     )
 
