@@ -62,7 +62,7 @@ from django_sqlq.compat import (
     task_started,
 )
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import InvalidJobError, PayloadError
+from django_sqlq.exceptions import InvalidJobError, PayloadError, UniqueKeyHeldError
 
 if TYPE_CHECKING:
     from django_sqlq.models import Job
@@ -159,10 +159,22 @@ class SQLQBackend(BaseTaskBackend):
         unique_key = self.options.get("UNIQUE_KEY")
         unique_for = self.options.get("UNIQUE_FOR")
         try:
-            if not (unique_key is None or isinstance(unique_key, str) or callable(unique_key)):
-                raise InvalidJobError(f"it must be a function, got {unique_key!r}.")
+            if not (
+                unique_key is None
+                or (isinstance(unique_key, str) and "." in unique_key.strip(". "))
+                or callable(unique_key)
+            ):
+                raise InvalidJobError(
+                    f"it must be a function or its dotted path, got {unique_key!r}."
+                )
             if isinstance(unique_for, (int, float)) and not isinstance(unique_for, bool):
-                unique_for = timedelta(seconds=unique_for)
+                try:
+                    unique_for = timedelta(seconds=unique_for)
+                except (OverflowError, ValueError):
+                    raise InvalidJobError(
+                        f"UNIQUE_FOR must be a number of seconds up to 100 years, got "
+                        f"{unique_for!r}."
+                    ) from None
             self.unique_for = validation.check_unique(unique_key, unique_for)
         except InvalidJobError as exc:
             raise InvalidTaskBackend(
@@ -172,6 +184,33 @@ class SQLQBackend(BaseTaskBackend):
         # The worker asks the registry for each job type no @handler claims; this turns
         # the module path of a @task into a handler. Registering twice is a no-op.
         registry.add_resolver(resolve_task)
+
+    def _key_for(self, task: Task[Any, Any], args: Any, kwargs: Any) -> str | None:
+        """OPTIONS["UNIQUE_KEY"]'s answer for this enqueue, checked."""
+        if isinstance(self._unique_key, str):
+            self._unique_key = self._import_unique_key(self._unique_key)
+        assert self._unique_key is not None
+        key = self._unique_key(task, args, kwargs)
+        if key is None:
+            return None
+        try:
+            return validation.check_unique_key(key)
+        except InvalidJobError as exc:
+            raise InvalidTask(f"UNIQUE_KEY of {task.module_path}: {exc}") from None
+
+    def _import_unique_key(self, path: str) -> Callable[..., Any]:
+        """OPTIONS["UNIQUE_KEY"]'s function, imported at the first enqueue (apps may still be
+        loading when the backend is made); InvalidTaskBackend if there is none at ``path``."""
+        where = f"TASKS[{self.alias!r}]['OPTIONS']['UNIQUE_KEY']"
+        try:
+            function = import_string(path)
+        except ImportError as exc:
+            raise InvalidTaskBackend(f"{where}: cannot import {path!r} ({exc}).") from None
+        if not callable(function):
+            raise InvalidTaskBackend(
+                f"{where}: {path!r} is {type(function).__name__}, not a function."
+            )
+        return cast(Callable[..., Any], function)
 
     def served_queues(self) -> tuple[str, ...] | None:
         """The queues this backend's tasks may use: its ``QUEUES``; None when any is valid."""
@@ -230,14 +269,7 @@ class SQLQBackend(BaseTaskBackend):
         if run_after is not None:
             job.scheduled_at = validation.check_run_at(run_after, what="run_after")
         if self._unique_key is not None:
-            if isinstance(self._unique_key, str):
-                self._unique_key = cast(Callable[..., Any], import_string(self._unique_key))
-            key = self._unique_key(task, args, kwargs)
-            if key is not None:
-                try:
-                    job.unique_key = validation.check_unique_key(key)
-                except InvalidJobError as exc:
-                    raise InvalidTask(f"UNIQUE_KEY of {task.module_path}: {exc}") from None
+            job.unique_key = self._key_for(task, args, kwargs)
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id="",
@@ -261,7 +293,14 @@ class SQLQBackend(BaseTaskBackend):
             # would disagree with the row, and SQLite's clock keeps only milliseconds).
             if job.created is False:
                 # Its key was taken: the result of the job that holds it, and no signal.
-                holder = task_result_for(job)
+                try:
+                    holder = task_result_for(job)
+                except TaskResultDoesNotExist:
+                    raise UniqueKeyHeldError(
+                        f"unique_key {job.unique_key!r} of {task.module_path} is held by job "
+                        f"{job.pk} ({job.type}), which is no task: nothing was written.",
+                        holder=job,
+                    ) from None
                 for field in dataclasses.fields(result):
                     object.__setattr__(result, field.name, getattr(holder, field.name))
                 return

@@ -42,3 +42,13 @@ class LeaseLostError(SQLQError, RuntimeError):
 class TransactionLeftOpenError(SQLQError, RuntimeError):
     """A handler returned with a transaction open (an atomic block not exited, autocommit
     left off) holding writes: the worker rolled them back and failed the attempt."""
+
+
+class UniqueKeyHeldError(InvalidJobError):
+    """A task's ``unique_key`` is held by a job that is no task (a plain ``enqueue()`` job):
+    nothing was written, and there is no ``TaskResult`` to return for the holder.
+    ``holder`` is that job."""
+
+    def __init__(self, message: str, *, holder: object = None) -> None:
+        super().__init__(message)
+        self.holder = holder

@@ -1,8 +1,9 @@
 """Adversarial tests of unique jobs, written from the docs only (docs/howto/unique-jobs.md,
 docs/reference/api.md, docs/howto/tasks-backend.md, docs/howto/admin.md, docs/howto/testing.md).
 
-Each test asserts what the docs promise. The ones marked "FINDING" failed when written
-(on the engine named); the others cover promises tests/test_unique.py did not."""
+Each test asserts what the docs promise. The ones marked "Found from the docs" failed when
+written (on the engine named) and were fixed; the others cover promises tests/test_unique.py
+did not."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_sqlq import abulk_enqueue, aenqueue, bulk_enqueue, enqueue, lifecycle
-from django_sqlq.exceptions import InvalidJobError
+from django_sqlq.exceptions import InvalidJobError, UniqueKeyHeldError
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.testing import inline, run_jobs
 from tests.conftest import ROOT, run_burst, wait_for
@@ -162,13 +163,13 @@ def test_keys_that_look_like_sql_or_placeholders_are_plain_values(key):
 
 
 @pytest.mark.parametrize("key", [" ", "\t", "   "])
-def test_a_key_of_blanks_is_a_key_of_one_to_255_characters(key):
-    """FINDING (both engines): the docs' bounds are "a string of 1 to 255 characters,
-    without NUL characters or lone surrogates"; a key of spaces is refused as "empty"."""
-    first = enqueue("tests.noop", unique_key=key)
-    again = enqueue("tests.noop", unique_key=key)
-    assert first.created is True
-    assert again.pk == first.pk
+def test_a_key_of_blanks_is_refused_as_empty(key):
+    """Found from the docs: they said "a string of 1 to 255 characters", and a key of
+    blanks is refused as empty (like a blank queue name: most likely a key built from an
+    empty value). The docs now say "not only blanks"; it writes nothing."""
+    with pytest.raises(InvalidJobError, match="unique_key"):
+        enqueue("tests.noop", unique_key=key)
+    assert not Job.objects.exists()
 
 
 class Colour(enum.StrEnum):
@@ -257,7 +258,8 @@ def test_aenqueue_and_abulk_enqueue_with_keys():
 
 
 def test_two_batches_with_the_same_keys_in_opposite_orders_both_succeed():
-    """FINDING (PostgreSQL): "Each key blocks as in enqueue()" and bulk_enqueue returns one
+    """Found from the docs (PostgreSQL, fixed).
+    "Each key blocks as in enqueue()" and bulk_enqueue returns one
     Job per payload. Two batches over the same keys in opposite orders: each has written its
     first key when it reaches the other's, so each INSERT waits on the other transaction and
     PostgreSQL kills one with "deadlock detected" (OperationalError): that batch is lost.
@@ -427,7 +429,8 @@ def failed_keyed_job() -> Job:
 
 
 def test_retry_now_racing_an_enqueue_of_the_key_skips_the_job():
-    """FINDING (PostgreSQL): "retry_now skips a failed or cancelled job whose key a live job
+    """Found from the docs (PostgreSQL, fixed).
+    "retry_now skips a failed or cancelled job whose key a live job
     holds" and "a job whose status changed between the page and the click ... is skipped and
     left as it is". When the live job is being enqueued in a transaction that commits while
     retry_now waits, retry_now raises IntegrityError (duplicate key value violates unique
@@ -442,7 +445,8 @@ def test_retry_now_racing_an_enqueue_of_the_key_skips_the_job():
 
 
 def test_the_admins_retry_racing_an_enqueue_of_the_key_says_it_skipped(admin_client):
-    """FINDING (PostgreSQL): the same race through the admin's Retry now button: a server
+    """Found from the docs (PostgreSQL, fixed).
+    the same race through the admin's Retry now button: a server
     error (the IntegrityError) instead of the page with its "Skipped 1 job" message."""
     failed = failed_keyed_job()
     url = reverse("admin:django_sqlq_job_retry", args=[failed.pk])
@@ -528,7 +532,8 @@ def test_inline_mode_never_runs_the_holder_of_a_taken_key(tmp_path: Path) -> Non
 
 
 def test_inline_bulk_enqueue_fills_in_the_outcome_of_a_key_given_twice():
-    """FINDING (both engines): inline mode returns "the Job with its outcome filled in", and
+    """Found from the docs (both engines, fixed).
+    inline mode returns "the Job with its outcome filled in", and
     in bulk_enqueue "a key given twice writes one job, and the later payload's place in the
     returned list holds that job". Inline, that later place holds a copy taken before the
     job ran: status pending, while the job (and the first place) is completed."""
@@ -575,18 +580,23 @@ def with_options() -> Callable[..., Any]:
     return make
 
 
-def test_a_task_whose_key_a_plain_job_holds_returns_that_job(with_options):
-    """FINDING (both engines): "Keys are not tied to a job type: two types that share a key
-    block each other", and "task.enqueue(...) with a key a job holds writes nothing and
-    returns that job's TaskResult". When the holder is a plain enqueue() job, task.enqueue()
-    writes nothing but raises TaskResultDoesNotExist ("Job 1 is not a task"): the caller
-    cannot tell that the key blocked it, nor which job holds it."""
+def test_a_task_whose_key_a_plain_job_holds_says_so_and_names_the_holder(with_options):
+    """Found from the docs: "Keys are not tied to a job type", and a task whose key a job
+    holds returns that job's TaskResult. A plain enqueue() job has no TaskResult: the task
+    raised TaskResultDoesNotExist ("Job 1 is not a task"), which told the caller neither
+    that the key blocked it nor which job holds it. It raises UniqueKeyHeldError naming
+    the job, and writes nothing."""
     from tests.testapp import tasks
 
     held = enqueue("tests.noop", unique_key="shared")
-    with with_options(UNIQUE_KEY="tests.test_adversary_unique.shared_key"):
-        result = tasks.add.enqueue(1, 2)
-    assert result.id == str(held.uuid)
+    with (
+        with_options(UNIQUE_KEY="tests.test_adversary_unique.shared_key"),
+        pytest.raises(
+            UniqueKeyHeldError, match=rf"'shared'.*held by job {held.pk} \(tests.noop\)"
+        ) as raised,
+    ):
+        tasks.add.enqueue(1, 2)
+    assert raised.value.holder == held
     assert Job.objects.count() == 1
 
 
@@ -637,7 +647,8 @@ def test_a_unique_key_function_returning_a_bad_key_is_refused_and_writes_nothing
 
 @pytest.mark.parametrize("unique_for", [10**12, 1e15, float("inf"), float("nan")])
 def test_a_unique_for_option_out_of_bounds_raises_invalid_task_backend(with_options, unique_for):
-    """FINDING (both engines): tasks-backend.md: "A bad OPTIONS value (... UNIQUE_FOR
+    """Found from the docs (both engines, fixed).
+    tasks-backend.md: "A bad OPTIONS value (... UNIQUE_FOR
     without UNIQUE_KEY or not positive) ... raises InvalidTaskBackend when the backend is
     first used", and a unique_for is at most 100 years. A number of seconds too big for a
     timedelta, infinite or NaN raises OverflowError or ValueError instead."""
@@ -659,7 +670,8 @@ def test_a_unique_for_option_out_of_bounds_raises_invalid_task_backend(with_opti
 def test_a_unique_key_option_that_is_no_function_raises_invalid_task_backend(
     with_options, unique_key
 ):
-    """FINDING (both engines): tasks-backend.md: "A bad OPTIONS value (... a UNIQUE_KEY
+    """Found from the docs (both engines, fixed).
+    tasks-backend.md: "A bad OPTIONS value (... a UNIQUE_KEY
     that is not a function or a dotted path ...) raises InvalidTaskBackend when the backend
     is first used". A string that is no dotted path, a path to no module, or a path to
     something that is not a function raises ImportError or TypeError at each enqueue."""
