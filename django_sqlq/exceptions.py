@@ -42,3 +42,10 @@ class LeaseLostError(SQLQError, RuntimeError):
 class TransactionLeftOpenError(SQLQError, RuntimeError):
     """A handler returned with a transaction open (an atomic block not exited, autocommit
     left off) holding writes: the worker rolled them back and failed the attempt."""
+
+
+class JobCancelled(SQLQError):
+    """Raised by ``JobContext.check_cancelled()`` in a handler whose job was cancelled while it
+    ran (``django_sqlq.cancel()`` or the admin's Cancel). Let it propagate: the worker
+    records the job ``cancelled``, not failed, and does not retry it. A handler may also
+    raise it itself to cancel its own job."""

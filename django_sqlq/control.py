@@ -1,0 +1,113 @@
+"""The control of one running job: its cancel flag and the progress its handler reports.
+
+The worker makes one :class:`JobControl` per attempt; the handler reaches it through its
+``JobContext`` (``cancel_requested``, ``check_cancelled()``, ``set_progress()``). Nothing
+here touches the database: the worker's job-control service
+(``django_sqlq.worker.maintenance.control``) reads the cancel requests and writes the
+progress, about once a second, in a thread of its own. Imports nothing from the models, so
+``registry`` (imported with ``django_sqlq``) can name it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+from django_sqlq.exceptions import JobCancelled
+
+#: The longest progress message stored; a longer one is cut to this length (ending "…").
+MAX_PROGRESS_MESSAGE = 255
+
+
+class Progress(NamedTuple):
+    fraction: float
+    message: str
+
+
+def check_progress(fraction: object, message: object) -> Progress:
+    """``(fraction, message)`` as stored, or TypeError/ValueError saying what is wrong."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise TypeError(
+            f"set_progress() takes a fraction from 0 to 1 (a float), got {fraction!r}."
+        )
+    value = float(fraction)
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(
+            f"set_progress() takes a fraction from 0 to 1 (0.4 for 40%), got {fraction!r}."
+        )
+    if not isinstance(message, str):
+        raise TypeError(f"set_progress()'s message must be a str, got {type(message).__name__}.")
+    # What a text column refuses (NUL on PostgreSQL, lone surrogates) is spelled out.
+    text = message.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_PROGRESS_MESSAGE:
+        text = text[: MAX_PROGRESS_MESSAGE - 1] + "…"
+    return Progress(value, text)
+
+
+class JobControl:
+    """One attempt's cancel flag and unwritten progress; shared by the runner thread (the
+    handler) and the worker's job-control service. Thread-safe."""
+
+    def __init__(self, job_id: int, attempt: int) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._progress: Progress | None = None  # reported and not yet written
+        self._on_cancel: list[Callable[[], object]] = []
+
+    # -- the handler's side ---------------------------------------------------------------
+
+    def set_progress(self, fraction: float, message: str = "") -> None:
+        progress = check_progress(fraction, message)
+        with self._lock:
+            self._progress = progress
+
+    def check_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise JobCancelled(f"Job id={self.job_id} was cancelled while it ran.")
+
+    # -- the worker's side ----------------------------------------------------------------
+
+    def take_progress(self) -> Progress | None:
+        """The progress reported since the last call, if any (the service writes it)."""
+        with self._lock:
+            progress, self._progress = self._progress, None
+        return progress
+
+    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback`` (from the service's thread) when a cancel is requested; at once
+        if it already was. Returns a function that unregisters it."""
+        with self._lock:
+            already = self.cancelled.is_set()
+            if not already:
+                self._on_cancel.append(callback)
+        if already:
+            callback()
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._on_cancel:
+                    self._on_cancel.remove(callback)
+
+        return remove
+
+    def request_cancel(self) -> bool:
+        """Set the flag and run the callbacks (an async handler's task is cancelled).
+        Returns False if it was already set."""
+        with self._lock:
+            if self.cancelled.is_set():
+                return False
+            self.cancelled.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            with contextlib.suppress(Exception):  # a loop closed meanwhile: nothing to stop
+                callback()
+        return True

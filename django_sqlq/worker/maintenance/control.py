@@ -1,0 +1,114 @@
+"""The job-control service: once a second, while this worker runs jobs, it reads the cancel
+requests among them (one probe of a partial index) and sets each one's cancel flag (an async
+handler's task is cancelled), and writes the progress the handlers reported since the last
+tick. Handlers never wait on the database for either: ``set_progress()`` only stores the
+value in memory, and ``cancel_requested`` reads a flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError
+
+from django_sqlq.control import JobControl
+from django_sqlq.db import ops_for
+from django_sqlq.worker.maintenance.service import PeriodicService
+from django_sqlq.worker.retry import reset_connection
+
+if TYPE_CHECKING:
+    from django_sqlq.worker.core import Worker
+
+logger = logging.getLogger("django_sqlq.worker")
+
+#: Seconds between two ticks: how late a worker may learn of a cancel, and how often each
+#: running job's progress is written at most.
+CONTROL_INTERVAL = 1.0
+
+
+class JobControls(PeriodicService):
+    """The controls of the jobs this worker holds, and the service that serves them."""
+
+    name = "control"
+    interval = CONTROL_INTERVAL
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__()
+        self.worker = worker
+        self._lock = threading.Lock()
+        self._controls: dict[int, JobControl] = {}
+        # Jobs claimed whose cancel was requested before they started: not run.
+        self._requested: set[int] = set()
+        # Controls of attempts that ended with progress not yet written.
+        self._ended: list[JobControl] = []
+
+    # -- the runners' side ------------------------------------------------------------------
+
+    def begin(self, job_id: int, attempt: int) -> JobControl:
+        control = JobControl(job_id, attempt)
+        with self._lock:
+            self._controls[job_id] = control
+            if job_id in self._requested:
+                control.request_cancel()
+        return control
+
+    def end(self, control: JobControl) -> None:
+        with self._lock:
+            self._controls.pop(control.job_id, None)
+            self._requested.discard(control.job_id)
+            self._ended.append(control)
+
+    # -- the service ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.tick()  # the last progress of the last jobs
+
+    def tick(self) -> None:
+        worker = self.worker
+        with self._lock:
+            controls = list(self._controls.values())
+            ended, self._ended = self._ended, []
+        progress = [
+            (control.job_id, control.attempt, *reported)
+            for control in (*ended, *controls)
+            if (reported := control.take_progress()) is not None
+        ]
+        try:
+            ops = ops_for(worker.database)
+            if progress:
+                ops.write_progress(progress, worker_id=worker.worker_id, now=worker.now())
+            if not worker.held.sorted():
+                return
+            requested = ops.cancel_requests(worker_id=worker.worker_id)
+        except DatabaseError as exc:
+            logger.warning(
+                "Worker %s: reading cancel requests or writing progress failed (%s: %s); "
+                "will retry",
+                worker.worker_id,
+                type(exc).__name__,
+                exc,
+            )
+            reset_connection(worker.database)
+            return
+        self._request(requested)
+
+    def _request(self, requested: list[int]) -> None:
+        with self._lock:
+            self._requested = set(requested)
+            running = [self._controls[i] for i in requested if i in self._controls]
+        for control in running:
+            if control.request_cancel():
+                logger.info(
+                    "Worker %s: job id=%s was cancelled while it ran; its handler was told",
+                    self.worker.worker_id,
+                    control.job_id,
+                )
+
+    def requested_before_start(self, job_id: int) -> bool:
+        with self._lock:
+            return job_id in self._requested
