@@ -51,50 +51,69 @@ def check_progress(fraction: object, message: object) -> Progress:
     return Progress(value, text)
 
 
+# Guards the cancel callbacks of every JobControl: registering one (an async handler starts)
+# and requesting a cancel are rare, so one lock serves all, and making a JobControl (once per
+# job, on the worker's hot path) allocates none.
+_callbacks_lock = threading.Lock()
+
+
 class JobControl:
     """One attempt's cancel flag and unwritten progress; shared by the runner thread (the
-    handler) and the worker's job-control service. Thread-safe."""
+    handler) and the worker's job-control service.
+
+    Thread-safe without a lock of its own: the handler only replaces ``_progress`` (one
+    attribute store), and the service writes what it reads unless it already wrote that
+    very object, so a report made while the service reads is written at its next turn."""
+
+    __slots__ = ("_on_cancel", "_progress", "_written", "attempt", "cancelled", "job_id")
 
     def __init__(self, job_id: int, attempt: int) -> None:
         self.job_id = job_id
         self.attempt = attempt
-        self.cancelled = threading.Event()
-        self._lock = threading.Lock()
-        self._progress: Progress | None = None  # reported and not yet written
-        self._on_cancel: list[Callable[[], object]] = []
+        self.cancelled = False  # set once, by the service (request_cancel)
+        self._progress: Progress | None = None  # the last report
+        self._written: Progress | None = None  # the last report the service took
+        self._on_cancel: list[Callable[[], object]] | None = None
 
     # -- the handler's side ---------------------------------------------------------------
 
     def set_progress(self, fraction: float, message: str = "") -> None:
-        progress = check_progress(fraction, message)
-        with self._lock:
-            self._progress = progress
+        self._progress = check_progress(fraction, message)
 
     def check_cancelled(self) -> None:
-        if self.cancelled.is_set():
+        if self.cancelled:
             raise JobCancelled(f"Job id={self.job_id} was cancelled while it ran.")
 
     # -- the worker's side ----------------------------------------------------------------
 
+    @property
+    def has_progress(self) -> bool:
+        """Whether progress was reported and not taken yet."""
+        return self._progress is not self._written
+
     def take_progress(self) -> Progress | None:
-        """The progress reported since the last call, if any (the service writes it)."""
-        with self._lock:
-            progress, self._progress = self._progress, None
+        """The last report, if the service has not taken it yet (it writes it)."""
+        progress = self._progress
+        if progress is self._written:
+            return None
+        self._written = progress
         return progress
 
     def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Call ``callback`` (from the service's thread) when a cancel is requested; at once
         if it already was. Returns a function that unregisters it."""
-        with self._lock:
-            already = self.cancelled.is_set()
+        with _callbacks_lock:
+            already = self.cancelled
             if not already:
+                if self._on_cancel is None:
+                    self._on_cancel = []
                 self._on_cancel.append(callback)
         if already:
             callback()
 
         def remove() -> None:
-            with self._lock:
-                if callback in self._on_cancel:
+            with _callbacks_lock:
+                if self._on_cancel is not None and callback in self._on_cancel:
                     self._on_cancel.remove(callback)
 
         return remove
@@ -102,11 +121,11 @@ class JobControl:
     def request_cancel(self) -> bool:
         """Set the flag and run the callbacks (an async handler's task is cancelled).
         Returns False if it was already set."""
-        with self._lock:
-            if self.cancelled.is_set():
+        with _callbacks_lock:
+            if self.cancelled:
                 return False
-            self.cancelled.set()
-            callbacks, self._on_cancel = self._on_cancel, []
+            self.cancelled = True
+            callbacks, self._on_cancel = self._on_cancel or [], None
         for callback in callbacks:
             with contextlib.suppress(Exception):  # a loop closed meanwhile: nothing to stop
                 callback()

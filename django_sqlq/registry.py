@@ -43,7 +43,7 @@ class JobContext:
     def cancel_requested(self) -> bool:
         """Whether the job was cancelled while it runs (``django_sqlq.cancel()``, the
         admin's Cancel). The worker learns of it within about a second."""
-        return self.control is not None and self.control.cancelled.is_set()
+        return self.control is not None and self.control.cancelled
 
     def check_cancelled(self) -> None:
         """A checkpoint: raise :class:`~django_sqlq.exceptions.JobCancelled` if the job was

@@ -358,3 +358,15 @@ def test_a_job_cancelled_in_the_burst_worker_in_process(tmp_path):
     assert job.status == JobStatus.CANCELLED
     assert not Path(paths["started"]).exists()
     assert "cancelled before it started" in job.last_error
+
+
+def test_the_service_takes_each_report_once_and_never_loses_the_last():
+    control = JobControl(1, 1)
+    assert (control.has_progress, control.take_progress()) == (False, None)
+    control.set_progress(0.1, "a")
+    control.set_progress(0.2, "b")  # replaces "a": only the latest is written
+    assert control.take_progress() == (0.2, "b")
+    assert control.take_progress() is None
+    control.set_progress(0.2, "b")  # the same values again: a new report, written again
+    assert control.has_progress
+    assert control.take_progress() == (0.2, "b")

@@ -130,7 +130,7 @@ class RunnerPool:
                 # Only a row edited by hand gets here: every transition keeps attempts at or
                 # below max_attempts. Its attempts are spent, so it is failed, not run.
                 outcome, value = "failed", _spent(job)
-            elif control.cancelled.is_set():
+            elif control.cancelled:
                 # Cancelled after its claim, before a runner took it: not run at all.
                 error = JobCancelled(f"Job id={job.id} was cancelled before it started.")
                 outcome, value = "failed", lifecycle.ErrorInfo.from_exception(error)
@@ -166,7 +166,7 @@ class RunnerPool:
         retry = outcome == "failed" and job.attempts <= job.max_attempts
         # Cancelled while it ran (whatever the handler raised: JobCancelled at a checkpoint,
         # CancelledError in an async task, or any error), or cancelled by its own handler.
-        cancel = control.cancelled.is_set() or isinstance(value.exception, JobCancelled)
+        cancel = control.cancelled or isinstance(value.exception, JobCancelled)
         status = self.completer.record_failure(job, value, retry=retry, cancel=cancel)
         if status is not None and handler is not None:
             context = job_context(job, self.worker_id, self.database, control)

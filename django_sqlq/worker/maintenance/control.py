@@ -1,14 +1,16 @@
-"""The job-control service: once a second, while this worker runs jobs, it reads the cancel
-requests among them (one probe of a partial index) and sets each one's cancel flag (an async
-handler's task is cancelled), and writes the progress the handlers reported since the last
-tick. Handlers never wait on the database for either: ``set_progress()`` only stores the
-value in memory, and ``cancel_requested`` reads a flag.
+"""The job-control service: twice a second, while this worker runs jobs, it reads the
+cancel requests among them (one probe of a partial index) and sets each one's cancel flag (an
+async handler's task is cancelled), so a handler learns of a cancel within a second; and
+about once a second it writes the progress the handlers reported since the last write.
+Handlers never wait on the database for either: ``set_progress()`` only stores the value in
+memory, and ``cancel_requested`` reads a flag.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
@@ -23,9 +25,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_sqlq.worker")
 
-#: Seconds between two ticks: how late a worker may learn of a cancel, and how often each
-#: running job's progress is written at most.
-CONTROL_INTERVAL = 1.0
+#: Seconds between two reads of the cancel requests: about how late a worker learns of one.
+CONTROL_INTERVAL = 0.5
+#: Seconds between two writes of the progress reported (at most one statement each time).
+PROGRESS_INTERVAL = 1.0
 
 
 class JobControls(PeriodicService):
@@ -43,6 +46,7 @@ class JobControls(PeriodicService):
         self._requested: set[int] = set()
         # Controls of attempts that ended with progress not yet written.
         self._ended: list[JobControl] = []
+        self._progress_due = 0.0  # time.monotonic() of the next write of progress
 
     # -- the runners' side ------------------------------------------------------------------
 
@@ -58,7 +62,8 @@ class JobControls(PeriodicService):
         with self._lock:
             self._controls.pop(control.job_id, None)
             self._requested.discard(control.job_id)
-            self._ended.append(control)
+            if control.has_progress:  # reported and not written yet: written at the next write
+                self._ended.append(control)
 
     # -- the service ------------------------------------------------------------------------
 
@@ -66,18 +71,11 @@ class JobControls(PeriodicService):
         try:
             super().run()
         finally:
-            self.tick()  # the last progress of the last jobs
+            self.tick(final=True)  # the last progress of the last jobs
 
-    def tick(self) -> None:
+    def tick(self, *, final: bool = False) -> None:
         worker = self.worker
-        with self._lock:
-            controls = list(self._controls.values())
-            ended, self._ended = self._ended, []
-        progress = [
-            (control.job_id, control.attempt, *reported)
-            for control in (*ended, *controls)
-            if (reported := control.take_progress()) is not None
-        ]
+        progress = self._progress(final=final)
         try:
             ops = ops_for(worker.database)
             if progress:
@@ -97,6 +95,24 @@ class JobControls(PeriodicService):
             return
         self._request(requested)
 
+    def _progress(self, *, final: bool) -> list[tuple[int, int, float, str]]:
+        """The progress to write now: none until PROGRESS_INTERVAL has passed since the last
+        write (unless ``final``), then the latest report of each job that made one."""
+        now = time.monotonic()
+        if not final and now < self._progress_due:
+            return []
+        with self._lock:
+            controls = list(self._controls.values())
+            ended, self._ended = self._ended, []
+        progress = [
+            (control.job_id, control.attempt, *reported)
+            for control in (*ended, *controls)
+            if (reported := control.take_progress()) is not None
+        ]
+        if progress:
+            self._progress_due = now + PROGRESS_INTERVAL
+        return progress
+
     def _request(self, requested: list[int]) -> None:
         with self._lock:
             self._requested = set(requested)
@@ -108,7 +124,3 @@ class JobControls(PeriodicService):
                     self.worker.worker_id,
                     control.job_id,
                 )
-
-    def requested_before_start(self, job_id: int) -> bool:
-        with self._lock:
-            return job_id in self._requested
