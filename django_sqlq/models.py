@@ -209,7 +209,7 @@ class Job(models.Model):
                 name="sqlq_job_unique_key_idx",
                 condition=Q(unique_key__isnull=False),
             ),
-            # The cancel requests among a worker's running jobs (read every second by each
+            # The cancel requests among a worker's running jobs (read twice a second by each
             # busy worker). Partial: only requested, still running jobs ever enter it.
             models.Index(
                 fields=["locked_by"],

@@ -4,7 +4,7 @@
   row in the workers table; runs the reaper.
 - ``reaper``: returns expired leases (of dead workers) to the queue.
 - ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
-- ``control``: every second, the cancel requests among the running jobs, and their progress.
+- ``control``: the cancel requests among the running jobs, and their progress.
 - ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
 
 A new duty (the pruner of finished jobs, the recurring-job scheduler) is a
