@@ -9,8 +9,8 @@ memory, and ``cancel_requested`` reads a flag.
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
@@ -40,30 +40,29 @@ class JobControls(PeriodicService):
     def __init__(self, worker: Worker) -> None:
         super().__init__()
         self.worker = worker
-        self._lock = threading.Lock()
+        # No lock on the runners' path (two calls a job): each step is one operation on a
+        # dict, a set or a deque, atomic in CPython (also free-threaded).
         self._controls: dict[int, JobControl] = {}
-        # Jobs claimed whose cancel was requested before they started: not run.
-        self._requested: set[int] = set()
+        # Jobs this worker holds whose cancel was requested (read by the last tick): a job
+        # among them that starts after that is not run.
+        self._requested: frozenset[int] = frozenset()
         # Controls of attempts that ended with progress not yet written.
-        self._ended: list[JobControl] = []
+        self._ended: deque[JobControl] = deque()
         self._progress_due = 0.0  # time.monotonic() of the next write of progress
 
     # -- the runners' side ------------------------------------------------------------------
 
     def begin(self, job_id: int, attempt: int) -> JobControl:
         control = JobControl(job_id, attempt)
-        with self._lock:
-            self._controls[job_id] = control
-            if job_id in self._requested:
-                control.request_cancel()
+        self._controls[job_id] = control
+        if job_id in self._requested:
+            control.request_cancel()
         return control
 
     def end(self, control: JobControl) -> None:
-        with self._lock:
-            self._controls.pop(control.job_id, None)
-            self._requested.discard(control.job_id)
-            if control.has_progress:  # reported and not written yet: written at the next write
-                self._ended.append(control)
+        self._controls.pop(control.job_id, None)
+        if control.has_progress:  # reported and not written yet: written at the next write
+            self._ended.append(control)
 
     # -- the service ------------------------------------------------------------------------
 
@@ -101,9 +100,10 @@ class JobControls(PeriodicService):
         now = time.monotonic()
         if not final and now < self._progress_due:
             return []
-        with self._lock:
-            controls = list(self._controls.values())
-            ended, self._ended = self._ended, []
+        controls = list(self._controls.values())
+        ended: list[JobControl] = []
+        while self._ended:
+            ended.append(self._ended.popleft())
         progress = [
             (control.job_id, control.attempt, *reported)
             for control in (*ended, *controls)
@@ -114,9 +114,8 @@ class JobControls(PeriodicService):
         return progress
 
     def _request(self, requested: list[int]) -> None:
-        with self._lock:
-            self._requested = set(requested)
-            running = [self._controls[i] for i in requested if i in self._controls]
+        self._requested = frozenset(requested)
+        running = [control for i in requested if (control := self._controls.get(i)) is not None]
         for control in running:
             if control.request_cancel():
                 logger.info(
