@@ -571,6 +571,20 @@ class CancelResult(enum.StrEnum):
 # Times cancel() reads the job again when it changed status between its two statements (a
 # worker claimed it, or retried it): each try either changes it or finds it finished.
 CANCEL_TRIES = 3
+BIGINT_MAX = 2**63 - 1
+
+
+def _cancel_target(job_or_id: object, using: str | None) -> tuple[int, str]:
+    """(job id, alias) for cancel()'s arguments, or TypeError/ValueError saying why not."""
+    if using is not None and using not in connections:
+        raise ConfigurationError(f"cancel(using={using!r}): no such database alias.")
+    if isinstance(job_or_id, Job):
+        if job_or_id.pk is None:
+            raise ValueError("cancel() was given a Job that is not saved (it has no id).")
+        return job_or_id.pk, using or job_or_id._state.db or get_settings().DATABASE
+    if isinstance(job_or_id, int) and not isinstance(job_or_id, bool):
+        return job_or_id, using or get_settings().DATABASE
+    raise TypeError(f"cancel() takes a Job or a job id (an int), got {job_or_id!r}.")
 
 
 def cancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
@@ -580,20 +594,12 @@ def cancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
     jobs table (default: the Job's own, else ``SQLQ["DATABASE"]``). Returns a
     :class:`CancelResult`: ``CANCELLED`` (it will never run), ``REQUESTED`` (it is running;
     it will end ``cancelled``), ``FINISHED`` or ``MISSING`` (nothing changed). Cancelling a
-    job whose cancel was already requested answers ``REQUESTED`` again and changes nothing.
+    job whose cancel was already requested answers ``REQUESTED`` again (the first
+    request's time is kept).
     """
-    if isinstance(job_or_id, Job):
-        job_id = job_or_id.pk
-        alias = using or job_or_id._state.db or get_settings().DATABASE
-    elif isinstance(job_or_id, int) and not isinstance(job_or_id, bool):
-        job_id = job_or_id
-        alias = using or get_settings().DATABASE
-    else:
-        raise TypeError(f"cancel() takes a Job or a job id (an int), got {job_or_id!r}.")
-    if job_id is None:
-        raise ValueError("cancel() was given a Job that is not saved (it has no id).")
-    if using is not None and using not in connections:
-        raise ConfigurationError(f"cancel(using={using!r}): no such database alias.")
+    job_id, alias = _cancel_target(job_or_id, using)
+    if not 0 < job_id <= BIGINT_MAX:
+        return CancelResult.MISSING  # no job can have that id (PostgreSQL would refuse it)
     for _ in range(CANCEL_TRIES):
         if lifecycle.cancel([job_id], alias=alias).changed:
             return CancelResult.CANCELLED

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
@@ -29,7 +30,7 @@ class Progress(NamedTuple):
 
 def check_progress(fraction: object, message: object) -> Progress:
     """``(fraction, message)`` as stored, or TypeError/ValueError saying what is wrong."""
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
         raise TypeError(
             f"set_progress() takes a fraction from 0 to 1 (a float), got {fraction!r}."
         )

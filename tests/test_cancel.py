@@ -78,8 +78,19 @@ def test_cancel_of_a_finished_job_changes_nothing(handler):
     )
 
 
-def test_cancel_of_a_missing_job_says_so():
-    assert cancel(10**12) is CancelResult.MISSING
+@pytest.mark.parametrize("job_id", [10**12, 0, -5, 2**63, 2**70])
+def test_cancel_of_a_missing_job_says_so(job_id):
+    assert cancel(job_id) is CancelResult.MISSING
+
+
+def test_set_progress_takes_any_real_number():
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert check_progress(Fraction(1, 4), "").fraction == 0.25
+    assert check_progress(1, "").fraction == 1.0
+    with pytest.raises(TypeError):
+        check_progress(Decimal("0.5"), "")  # not a numbers.Real: say so rather than guess
 
 
 @pytest.mark.parametrize("bad", ["12", True, 1.0, None])
