@@ -381,3 +381,15 @@ def test_the_service_takes_each_report_once_and_never_loses_the_last():
     control.set_progress(0.2, "b")  # the same values again: a new report, written again
     assert control.has_progress
     assert control.take_progress() == (0.2, "b")
+
+
+def test_a_capped_message_of_wide_characters_is_stored_whole():
+    job = enqueue("tests.noop")
+    (claimed,) = claim()
+    progress = check_progress(0.5, "é€😀" * 1000)
+    ops_for("default").write_progress(
+        [(job.pk, claimed.attempts, *progress)], worker_id="w1", now=None
+    )
+    job.refresh_from_db()
+    assert (job.progress, job.progress_message) == (0.5, progress.message)
+    assert len(job.progress_message or "") == MAX_PROGRESS_MESSAGE
