@@ -12,21 +12,55 @@ from typing import TYPE_CHECKING, Any
 from django_sqlq.registry import handler
 
 if TYPE_CHECKING:
-    from django_sqlq.api import abulk_enqueue, aenqueue, bulk_enqueue, enqueue
+    from django_sqlq.api import (
+        CancelResult,
+        abulk_enqueue,
+        acancel,
+        aenqueue,
+        bulk_enqueue,
+        cancel,
+        enqueue,
+    )
+    from django_sqlq.exceptions import JobCancelled
 
 try:
     __version__ = version("django-sqlq")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "abulk_enqueue", "aenqueue", "bulk_enqueue", "enqueue", "handler"]
+__all__ = [
+    "CancelResult",
+    "JobCancelled",
+    "__version__",
+    "abulk_enqueue",
+    "acancel",
+    "aenqueue",
+    "bulk_enqueue",
+    "cancel",
+    "enqueue",
+    "handler",
+]
+
+_API = (
+    "enqueue",
+    "bulk_enqueue",
+    "aenqueue",
+    "abulk_enqueue",
+    "cancel",
+    "acancel",
+    "CancelResult",
+)
 
 
 def __getattr__(name: str) -> Any:
     # enqueue/bulk_enqueue import the models lazily, on first use, so that importing
     # django_sqlq (for @handler) never raises AppRegistryNotReady.
-    if name in ("enqueue", "bulk_enqueue", "aenqueue", "abulk_enqueue"):
+    if name in _API:
         from django_sqlq import api
 
         return getattr(api, name)
+    if name == "JobCancelled":
+        from django_sqlq.exceptions import JobCancelled
+
+        return JobCancelled
     raise AttributeError(f"module 'django_sqlq' has no attribute {name!r}")

@@ -3,6 +3,7 @@ transaction (same database) or on its commit (another database)."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -11,7 +12,7 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from django_sqlq import registry, validation
+from django_sqlq import lifecycle, registry, validation
 from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
@@ -556,3 +557,72 @@ async def abulk_enqueue(
         unique_key=unique_key,
         unique_for=unique_for,
     )
+
+
+class CancelResult(enum.StrEnum):
+    """What :func:`cancel` did. A ``str``: ``result == "requested"`` works too."""
+
+    #: The job was scheduled or pending: it is ``cancelled`` now and will not run.
+    CANCELLED = "cancelled"
+    #: The job is running: its worker is asked to stop it. Within about a second the worker
+    #: sets the handler's ``cancel_requested`` flag (and cancels an async handler's task);
+    #: the job ends ``cancelled``, even if its handler runs to its end.
+    REQUESTED = "requested"
+    #: The job had already finished (completed, failed or cancelled): nothing changed.
+    FINISHED = "finished"
+    #: No job has that id (never existed, or deleted/pruned): nothing changed.
+    MISSING = "missing"
+
+
+# Times cancel() reads the job again when it changed status between its two statements (a
+# worker claimed it, or retried it): each try either changes it or finds it finished.
+CANCEL_TRIES = 3
+BIGINT_MAX = 2**63 - 1
+
+
+def _cancel_target(job_or_id: object, using: str | None) -> tuple[int, str]:
+    """(job id, alias) for cancel()'s arguments, or TypeError/ValueError saying why not."""
+    if using is not None and using not in connections:
+        raise ConfigurationError(f"cancel(using={using!r}): no such database alias.")
+    if isinstance(job_or_id, Job):
+        if job_or_id.pk is None:
+            raise ValueError("cancel() was given a Job that is not saved (it has no id).")
+        return job_or_id.pk, using or job_or_id._state.db or get_settings().DATABASE
+    if isinstance(job_or_id, int) and not isinstance(job_or_id, bool):
+        return job_or_id, using or get_settings().DATABASE
+    raise TypeError(f"cancel() takes a Job or a job id (an int), got {job_or_id!r}.")
+
+
+def cancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
+    """Cancel a job: at once if it has not started, else ask its worker to stop it.
+
+    ``job_or_id``: a Job or its id. ``using``: the alias of the database that holds the
+    jobs table (default: the Job's own, else ``SQLQ["DATABASE"]``). Returns a
+    :class:`CancelResult`: ``CANCELLED`` (it will never run), ``REQUESTED`` (it is running;
+    it will end ``cancelled``), ``FINISHED`` or ``MISSING`` (nothing changed). Cancelling a
+    job whose cancel was already requested answers ``REQUESTED`` again (the first
+    request's time is kept).
+    """
+    job_id, alias = _cancel_target(job_or_id, using)
+    if not 0 < job_id <= BIGINT_MAX:
+        return CancelResult.MISSING  # no job can have that id (PostgreSQL would refuse it)
+    for _ in range(CANCEL_TRIES):
+        if lifecycle.cancel([job_id], alias=alias).changed:
+            return CancelResult.CANCELLED
+        if lifecycle.request_cancel([job_id], alias=alias).changed:
+            return CancelResult.REQUESTED
+        status = Job.objects.using(alias).filter(pk=job_id).values_list("status", flat=True)
+        found = status.first()
+        if found is None:
+            return CancelResult.MISSING
+        if found in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+            return CancelResult.FINISHED
+        # Scheduled, pending or processing again: it changed between the statements.
+    raise RuntimeError(
+        f"Job id={job_id} changed status {CANCEL_TRIES} times while cancel() ran; try again."
+    )
+
+
+async def acancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
+    """``cancel()`` for async code, through ``sync_to_async(thread_sensitive=True)``."""
+    return await sync_to_async(cancel, thread_sensitive=True)(job_or_id, using=using)

@@ -530,7 +530,7 @@ def _task_started(context: registry.JobContext) -> None:
 
 
 def _task_finished(context: registry.JobContext, status: str, value: Any) -> None:
-    if status not in (statuses.COMPLETED, statuses.FAILED):
+    if status not in statuses.FINISHED:
         return  # a retry: the task is READY again, not finished
     result = _load(context.job_id, context.database)
     exception = getattr(value, "exception", None)

@@ -323,6 +323,21 @@ def snapshot(
     return replace(snap, alerts=alerts(snap))
 
 
+#: Running jobs the dashboard lists (with their progress), oldest lease first.
+RUNNING_ROWS = 20
+
+
+def running_jobs(alias: str, limit: int = RUNNING_ROWS) -> list[Job]:
+    """Up to ``limit`` processing jobs, read through the partial index of leases (only
+    processing rows are in it), without their payload, result or errors."""
+    return list(
+        Job.objects.using(alias)
+        .processing()
+        .order_by("lease_expires_at")
+        .defer("payload", "result", "errors", "last_error")[:limit]
+    )
+
+
 def alerts(snap: Snapshot) -> list[Alert]:
     """What is wrong, worst first: nobody works, a queue nobody serves or that falls behind,
     leases of dead workers, failed jobs waiting for an operator."""

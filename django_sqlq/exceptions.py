@@ -52,3 +52,10 @@ class UniqueKeyHeldError(InvalidJobError):
     def __init__(self, message: str, *, holder: object = None) -> None:
         super().__init__(message)
         self.holder = holder
+
+
+class JobCancelled(SQLQError):
+    """Raised by ``JobContext.check_cancelled()`` in a handler whose job was cancelled while it
+    ran (``django_sqlq.cancel()`` or the admin's Cancel). Let it propagate: the worker
+    records the job ``cancelled``, not failed, and does not retry it. A handler may also
+    raise it itself to cancel its own job."""

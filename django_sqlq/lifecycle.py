@@ -8,6 +8,9 @@ functions; nothing else changes a job's status.
                                   back unstarted at shutdown)
     failed | cancelled -> pending (retry_now, by an operator)
     scheduled | pending -> cancelled (cancel)
+    processing -> processing with a cancel request (request_cancel), then -> cancelled when
+                                 its worker records the attempt's outcome (or gives the job
+                                 back unstarted, or its lease runs out)
 
 Every write that finishes an attempt is fenced: it names the worker and the attempt, so a
 worker that lost its lease can never overwrite the outcome of the worker that took over.
@@ -174,6 +177,14 @@ def complete(
     return ops_for(alias).complete(finished, worker_id=worker_id, now=now)
 
 
+def complete_statuses(
+    alias: str, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
+) -> dict[int, str]:
+    """processing -> completed, or cancelled for a job whose cancel was requested while it
+    ran. Returns {id: new status} for the jobs written (the others were lost: fenced)."""
+    return ops_for(alias).complete_statuses(finished, worker_id=worker_id, now=now)
+
+
 def fail_or_retry(
     alias: str,
     job: ClaimedJob,
@@ -182,14 +193,17 @@ def fail_or_retry(
     worker_id: str,
     retry_in: float | None,
     now: datetime | None = None,
+    cancel: bool = False,
 ) -> str | None:
     """processing -> scheduled ``retry_in`` s ahead (pending for 0 s), while attempts remain,
-    or failed.
+    or failed; or cancelled, when ``cancel`` (the handler raised JobCancelled) or when a
+    cancel was requested while it ran.
 
     ``retry_in=None`` fails the job at once. Returns the new status, or None when this
     worker no longer held the job.
     """
     return ops_for(alias).fail(
+        cancel=cancel,
         job_id=job.id,
         attempt=job.attempts,
         worker_id=worker_id,
@@ -236,6 +250,8 @@ class Outcome:
     changed: int
     skipped: int
     held: int = 0  # of the skipped: retry_now's jobs whose unique_key a live job holds
+    #: Of ``changed``, the running jobs whose cancel was requested (not cancelled yet).
+    requested: int = 0
 
 
 def _apply(
@@ -305,6 +321,10 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
         "locked_by": "",
         "locked_at": None,
         "lease_expires_at": None,
+        "cancel_requested_at": None,
+        "progress": None,
+        "progress_message": None,
+        "progress_at": None,
     }
     try:
         with transaction.atomic(using=alias):
@@ -332,6 +352,30 @@ WAITING = (JobStatus.SCHEDULED, JobStatus.PENDING)
 def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """scheduled | pending -> cancelled."""
     return _apply(ids, WAITING, alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow())
+
+
+def request_cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
+    """Ask the workers running these processing jobs to stop them (``cancel_requested_at``).
+    Each worker sees it within about a second, sets its handler's ``cancel_requested`` flag
+    (and cancels an async handler's task), and records the attempt ``cancelled`` whatever
+    the handler does; see :func:`complete_statuses` and :func:`fail_or_retry`."""
+    alias = alias or get_settings().DATABASE
+    wanted = set(ids)
+    changed = ops_for(alias).request_cancel(sorted(wanted))
+    return Outcome(changed=changed, skipped=len(wanted) - changed)
+
+
+CANCELLABLE = (*WAITING, JobStatus.PROCESSING)
+
+
+def cancel_or_request(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
+    """:func:`cancel` the waiting jobs among ``ids`` and :func:`request_cancel` the running
+    ones. ``Outcome.changed`` counts both; ``Outcome.requested`` the running ones."""
+    ids = list(ids)
+    now = cancel(ids, alias=alias)
+    requested = request_cancel(ids, alias=alias)
+    changed = now.changed + requested.changed
+    return Outcome(changed=changed, skipped=len(set(ids)) - changed, requested=requested.changed)
 
 
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:

@@ -144,6 +144,20 @@ class Job(models.Model):
             "another with the same key returns this one instead."
         ),
     )
+    # Cancel and progress (issue 15). Nullable, without defaults: added without rewriting
+    # the table on either engine.
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("When cancel() asked the worker running this job to stop it."),
+    )
+    progress = models.FloatField(
+        null=True, blank=True, help_text=_("What the handler last reported, from 0 to 1.")
+    )
+    progress_message = models.CharField(  # noqa: DJ001 (NULL: nothing reported)
+        max_length=255, null=True, blank=True
+    )
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     #: Set on the Jobs that ``enqueue()`` and ``bulk_enqueue()`` return: True when the call
     #: wrote this row, False when it returned an existing job with the same ``unique_key``
@@ -194,6 +208,13 @@ class Job(models.Model):
                 fields=["unique_key"],
                 name="sqlq_job_unique_key_idx",
                 condition=Q(unique_key__isnull=False),
+            ),
+            # The cancel requests among a worker's running jobs (read twice a second by each
+            # busy worker). Partial: only requested, still running jobs ever enter it.
+            models.Index(
+                fields=["locked_by"],
+                name="sqlq_job_cancel_idx",
+                condition=Q(status="processing", cancel_requested_at__isnull=False),
             ),
         ]
         constraints = [

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from django_sqlq import validation
+from django_sqlq.control import JobControl, check_progress
 from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,6 +36,31 @@ class JobContext:
     max_attempts: int
     worker_id: str
     database: str = "default"  # the alias of the queue database this worker serves
+    # The attempt's cancel flag and progress (None outside a worker: a context made by hand
+    # or by a test runs its handler with no one to cancel it or read its progress).
+    control: JobControl | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the job was cancelled while it runs (``django_sqlq.cancel()``, the
+        admin's Cancel). The worker learns of it within about a second."""
+        return self.control is not None and self.control.cancelled
+
+    def check_cancelled(self) -> None:
+        """A checkpoint: raise :class:`~django_sqlq.exceptions.JobCancelled` if the job was
+        cancelled. Let it propagate; the job is recorded ``cancelled``, not retried."""
+        if self.control is not None:
+            self.control.check_cancelled()
+
+    def set_progress(self, fraction: float, message: str = "") -> None:
+        """Report progress: ``fraction`` from 0 to 1, and a short message (cut to 255
+        characters). Kept in memory and written by the worker about once a second, never
+        in the handler's thread; the last value stays on the job once it finishes. Raises
+        TypeError/ValueError for a fraction that is not a number from 0 to 1 (NaN too)."""
+        if self.control is not None:
+            self.control.set_progress(fraction, message)
+        else:
+            check_progress(fraction, message)  # the same errors outside a worker
 
 
 @dataclass(frozen=True)

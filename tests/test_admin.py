@@ -448,7 +448,7 @@ BUTTONS = {"retry": "Retry now", "cancel": "Cancel", "run_now": "Run now"}
         (JobStatus.CANCELLED, False, {"retry"}, True),
         (JobStatus.PENDING, False, {"cancel"}, True),
         (JobStatus.PENDING, True, {"cancel", "run_now"}, True),
-        (JobStatus.PROCESSING, False, set(), False),
+        (JobStatus.PROCESSING, False, {"cancel"}, False),
         (JobStatus.COMPLETED, False, set(), True),
     ],
 )
@@ -562,7 +562,9 @@ def test_a_job_page_action_on_a_job_in_the_wrong_status_is_skipped_with_the_reas
     assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
 
 
-def test_a_job_that_started_running_meanwhile_is_skipped_not_corrupted(login: Any) -> None:
+def test_a_job_that_started_running_meanwhile_gets_a_cancel_request_not_corrupted(
+    login: Any,
+) -> None:
     job = make_job()
     claimed = False
 
@@ -582,8 +584,9 @@ def test_a_job_that_started_running_meanwhile_is_skipped_not_corrupted(login: An
     assert claimed
     job.refresh_from_db()
     assert (job.status, job.locked_by, job.attempts) == (JobStatus.PROCESSING, "w1", 1)
+    assert job.cancel_requested_at is not None  # its worker is asked to stop it
     (message,) = messages_of(response)
-    assert message.startswith("Cancelled 0 jobs. Skipped 1 job whose status changed meanwhile")
+    assert message.startswith("Cancel requested for 1 running job")
 
 
 def test_a_missing_job_is_reported(login: Any) -> None:

@@ -35,7 +35,7 @@ def make_job(**fields: Any) -> Job:
 
 def test_each_action_runs_its_lifecycle_function() -> None:
     assert RETRY.function is lifecycle.retry_now
-    assert CANCEL.function is lifecycle.cancel
+    assert CANCEL.function is lifecycle.cancel_or_request
     assert RUN_NOW.function is lifecycle.run_now
     assert DELETE.function is lifecycle.delete
 
@@ -86,8 +86,8 @@ def test_cancel_reports_changed_skipped_by_status_and_missing_jobs() -> None:
     assert report.not_applicable == {"completed": 1, "failed": 1}
     assert Job.objects.get(pk=pending.pk).status == JobStatus.CANCELLED
     assert report.message() == (
-        "Cancelled 1 job. Skipped 2 jobs (1 completed, 1 failed): only scheduled or pending "
-        "jobs can be cancelled. Skipped 2 jobs that no longer exist."
+        "Cancelled 1 job. Skipped 2 jobs (1 completed, 1 failed): only scheduled, pending or "
+        "running jobs can be cancelled. Skipped 2 jobs that no longer exist."
     )
     assert report.level == messages.WARNING
 

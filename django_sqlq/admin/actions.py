@@ -86,9 +86,9 @@ CANCEL = JobAction(
     permission="cancel",
     label=_("Cancel"),
     done=("Cancelled %(n)d job.", "Cancelled %(n)d jobs."),
-    rule=_("only scheduled or pending jobs can be cancelled"),
-    statuses=lifecycle.WAITING,
-    function=lifecycle.cancel,
+    rule=_("only scheduled, pending or running jobs can be cancelled"),
+    statuses=lifecycle.CANCELLABLE,
+    function=lifecycle.cancel_or_request,
     css="sqlq-cancel",
 )
 RUN_NOW = JobAction(
@@ -124,13 +124,30 @@ class ActionReport:
     raced: int  # applicable when read, changed by someone else before the write
     missing: int  # no longer exist
     held: int = 0  # applicable, but a live job holds their unique_key (retry)
+    requested: int = 0  # of changed: running jobs whose cancel was requested
 
     @property
     def skipped(self) -> int:
         return sum(self.not_applicable.values()) + self.raced + self.held + self.missing
 
     def message(self) -> str:
-        parts = [ngettext(*self.action.done, self.changed) % {"n": self.changed}]
+        done = self.changed - self.requested
+        parts = (
+            []
+            if self.requested and not done
+            else [ngettext(*self.action.done, done) % {"n": done}]
+        )
+        if self.requested:
+            parts.append(
+                ngettext(
+                    "Cancel requested for %(n)d running job: its worker stops it within a "
+                    "second or two, and it ends cancelled.",
+                    "Cancel requested for %(n)d running jobs: their workers stop them within a "
+                    "second or two, and they end cancelled.",
+                    self.requested,
+                )
+                % {"n": self.requested}
+            )
         if self.not_applicable:
             count = sum(self.not_applicable.values())
             why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.not_applicable.items()))
@@ -203,14 +220,16 @@ def perform(
             not_applicable[gettext("already due")] += 1
         else:
             not_applicable[status_label(status).lower()] += 1
-    changed = held = 0
+    changed = held = cancel_requested = 0
     for start in range(0, len(applicable), ACTION_CHUNK):
         outcome = action.run(applicable[start : start + ACTION_CHUNK], alias=alias)
         changed += outcome.changed
         held += outcome.held
+        cancel_requested += outcome.requested
     return ActionReport(
         action=action,
         changed=changed,
+        requested=cancel_requested,
         not_applicable=dict(not_applicable),
         raced=len(applicable) - changed - held,
         held=held,
@@ -241,7 +260,9 @@ def retry_jobs(model_admin: Any, request: HttpRequest, queryset: QuerySet[Any]) 
     act(model_admin, request, RETRY, queryset)
 
 
-@admin.action(description=_("Cancel selected pending jobs"), permissions=["cancel"])
+@admin.action(
+    description=_("Cancel selected jobs (running ones: ask their worker)"), permissions=["cancel"]
+)
 def cancel_jobs(model_admin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> None:
     act(model_admin, request, CANCEL, queryset)
 

@@ -19,9 +19,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils import formats, timezone
 from django.utils.translation import gettext
 
-from django_sqlq.admin.display import admin_links, queue_alias
+from django_sqlq.admin.display import admin_links, progress_bar, queue_alias
 from django_sqlq.conf import configured_queues
-from django_sqlq.dashboard import chart, snapshot, throughput
+from django_sqlq.dashboard import chart, running_jobs, snapshot, throughput
 from django_sqlq.models import Job
 
 if TYPE_CHECKING:
@@ -63,8 +63,10 @@ class QueueDashboardViews(JobModelAdmin):
 
     def _live_context(self) -> dict[str, Any]:
         snap = snapshot(queue_alias(), configured=configured_queues())
+        running = [(job, progress_bar(job)) for job in running_jobs(queue_alias())]
         return {
             "snap": snap,
+            "running": running,
             "totals": snap.totals,
             "updated": formats.time_format(timezone.localtime(snap.now), "H:i:s"),
             **admin_links(self.admin_site.name),

@@ -1,6 +1,6 @@
-"""What several of the admin's pages show: a status badge, dates in the current time zone,
-JSON, and the links between the queue's pages. Also the alias of the queue's database,
-which every page reads from."""
+"""What several of the admin's pages show: a status badge, a progress bar, dates in the
+current time zone, JSON, and the links between the queue's pages. Also the alias of the
+queue's database, which every page reads from."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any
 
 from django.urls import NoReverseMatch, reverse
 from django.utils import formats, timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
 from django_sqlq.conf import get_settings
-from django_sqlq.models import JobStatus
+from django_sqlq.models import Job, JobStatus
 
 # The changelist shows this much of ``last_error``; the job page shows all of it.
 ERROR_LINE_CHARS = 160
@@ -69,6 +70,34 @@ def status_label(status: str) -> str:
 
 def status_badge(status: str) -> SafeString:
     return format_html('<span class="sqlq-badge sqlq-{}">{}</span>', status, status_label(status))
+
+
+def progress_bar(job: Job) -> SafeString:
+    """A running job's progress as its handler last reported it (a bar, the percentage and
+    the message), and whether its cancel was requested; "" when there is nothing to show."""
+    parts: list[SafeString] = []
+    if job.progress is not None:
+        fraction = min(1.0, max(0.0, job.progress))
+        parts.append(
+            format_html(
+                '<progress class="sqlq-progress" value="{}" max="1" title="{}">{}%</progress> '
+                "<span>{}%</span>",
+                f"{fraction:.3f}",
+                job.progress_message or "",
+                round(fraction * 100),
+                round(fraction * 100),
+            )
+        )
+        if job.progress_message:
+            parts.append(format_html(' <span class="sqlq-quiet">{}</span>', job.progress_message))
+    if job.cancel_requested_at is not None and job.status == JobStatus.PROCESSING:
+        parts.append(
+            format_html(
+                ' <span class="sqlq-badge sqlq-cancelled sqlq-cancel-requested">{}</span>',
+                gettext("cancel requested"),
+            )
+        )
+    return format_html_join("", "{}", ((part,) for part in parts))
 
 
 def admin_links(site_name: str) -> dict[str, str | None]:

@@ -25,6 +25,7 @@ from django_sqlq.admin.display import (
     admin_links,
     local_datetime,
     pretty_json,
+    progress_bar,
     queue_alias,
     status_badge,
 )
@@ -46,8 +47,8 @@ class JobPageAdmin(JobModelAdmin):
     change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
         "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
-        "timeout", "unique_key", "payload_display", "result_display", "last_error_display",
-        "errors_display",
+        "timeout", "unique_key", "progress_page_display", "payload_display", "result_display",
+        "last_error_display", "errors_display",
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
         "failed_at_display", "cancelled_at_display",
         "worker_display", "locked_at", "lease_expires_at",
@@ -63,12 +64,18 @@ class JobPageAdmin(JobModelAdmin):
     def attempts_display(self, obj: Job) -> str:
         return f"{obj.attempts}/{obj.max_attempts}"
 
+    @admin.display(description=_("progress"))
+    def progress_display(self, obj: Job) -> SafeString:
+        """On the lists, only for running jobs; on the job page, the last report kept."""
+        return progress_bar(obj) if obj.status == JobStatus.PROCESSING else SafeString("")
+
     # -- the job page ---------------------------------------------------------------
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, Any]]:  # noqa: ARG002 (Django's signature)
         job = (None, {"fields": (
             "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
             "timeout", "unique_key",
+            *(("progress_page_display",) if obj is not None and obj.progress is not None else ()),
         )})  # fmt: skip
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
@@ -87,6 +94,11 @@ class JobPageAdmin(JobModelAdmin):
                 return [job, error, data, timing, worker]
             return [job, data, error, timing, worker]
         return [job, data, timing, worker]
+
+    @admin.display(description=_("progress"))
+    def progress_page_display(self, obj: Job) -> SafeString:
+        when = local_datetime(obj.progress_at)
+        return format_html('{} <span class="sqlq-quiet">({})</span>', progress_bar(obj), when)
 
     @admin.display(description=_("failed at"))
     def failed_at_display(self, obj: Job) -> str:
@@ -196,10 +208,16 @@ class JobPageAdmin(JobModelAdmin):
         delete_url = None
         if job.status != JobStatus.PROCESSING and self.has_delete_permission(request, job):
             delete_url = self._url("delete", job.pk)
-        if job.status == JobStatus.PROCESSING:
+        if job.status == JobStatus.PROCESSING and job.cancel_requested_at is not None:
             note = gettext(
-                "A worker is running this job. It cannot be cancelled or deleted while it "
-                "runs; if the worker dies, the job returns to the queue when its lease ends."
+                "Cancel requested at %(when)s: its worker stops it within a second or two "
+                "(a handler that does not check for it runs to its end), and it ends cancelled."
+            ) % {"when": local_datetime(job.cancel_requested_at)}
+        elif job.status == JobStatus.PROCESSING:
+            note = gettext(
+                "A worker is running this job. Cancel asks the worker to stop it; it cannot "
+                "be deleted while it runs. If the worker dies, the job returns to the queue "
+                "when its lease ends."
             )
         elif job.status in WAITING and job.scheduled_at > now:
             note = gettext("Waits until %(when)s (in %(wait)s).") % {
@@ -222,6 +240,7 @@ class JobPageAdmin(JobModelAdmin):
             "sqlq_live": not job.is_finished,
             "sqlq_summary_url": self._url("summary", job.pk),
             "sqlq_interval": JOB_PAGE_SECONDS,
+            "sqlq_progress": progress_bar(job) if job.status == JobStatus.PROCESSING else "",
             "sqlq_started": local_datetime(job.started_at),
             "sqlq_completed": local_datetime(job.completed_at),
             **self._links(),

@@ -59,8 +59,8 @@ class JobAdmin(JobPageAdmin):
     """What the all-jobs and the failed-jobs lists share: columns, job page, actions."""
 
     list_display = (
-        "id", "type", "queue", "status_display", "priority", "attempts_display",
-        "scheduled_display", "created_display", "error_line",
+        "id", "type", "queue", "status_display", "progress_display", "priority",
+        "attempts_display", "scheduled_display", "created_display", "error_line",
     )  # fmt: skip
     list_filter = ("status", QueueFilter, TypeFilter, WhenFilter)
     search_fields = ("=id", "type")

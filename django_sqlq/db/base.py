@@ -245,24 +245,36 @@ class QueueOps:
     ) -> list[int]:
         """Mark many attempts completed in one statement. Returns the ids written: an
         attempt this worker no longer held (its lease ran out) is fenced out."""
+        return list(self.complete_statuses(finished, worker_id=worker_id, now=now))
+
+    def complete_statuses(
+        self, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
+    ) -> dict[int, str]:
+        """:meth:`complete`, returning each written job's new status: ``completed``, or
+        ``cancelled`` for a job whose cancel was requested while it ran (the handler ran to
+        its end, but the job was cancelled: its outcome is recorded as such)."""
         if not finished:
-            return []
+            return {}
         now_sql = self.now_sql()
         source, columns, source_params = self.finished_rows_sql(finished)
+        status_sql = (
+            f"CASE WHEN {self.table}.cancel_requested_at IS NULL THEN 'completed' "
+            f"ELSE 'cancelled' END"
+        )
         sql = (
-            f"UPDATE {self.table} SET status = 'completed', result = {columns['result']}, "
+            f"UPDATE {self.table} SET status = {status_sql}, result = {columns['result']}, "
             f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
             f"FROM {source} "
             f"WHERE {self.table}.id = {columns['id']} "
             f"AND {self.table}.attempts = {columns['attempt']} "
             f"AND {self.unindexed(f'{self.table}.status')} = 'processing' "
             f"AND {self.table}.locked_by = %(worker_id)s "
-            f"RETURNING {self.table}.id"
+            f"RETURNING {self.table}.id, {self.table}.status"
         )
         params = {"now": self.clock(now), "worker_id": worker_id, **source_params}
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return [row[0] for row in cursor.fetchall()]
+            return {row[0]: str(row[1]) for row in cursor.fetchall()}
 
     def finished_rows_sql(
         self, finished: Sequence[Finished]
@@ -436,15 +448,18 @@ class QueueOps:
         error_entry: dict[str, Any],
         retry_in: float | None,
         now: datetime | None = None,
+        cancel: bool = False,
     ) -> str | None:
         """Record a failed attempt: ``scheduled`` again ``retry_in`` seconds ahead (``pending``
-        for no wait) while attempts remain (``retry_in=None``: no retry), else failed. Returns
-        the new status, or None if this worker no longer held the job (fenced)."""
+        for no wait) while attempts remain (``retry_in=None``: no retry), else failed; or
+        ``cancelled`` (no retry) when ``cancel`` or when a cancel was requested while it ran.
+        Returns the new status, or None if this worker no longer held the job (fenced)."""
         now_sql = self.now_sql()
-        final = "(attempts >= max_attempts OR %(no_retry)s)"
+        cancelled = "(cancel_requested_at IS NOT NULL OR %(cancel)s)"
+        final = f"(attempts >= max_attempts OR %(no_retry)s OR {cancelled})"
         sql = (
             f"UPDATE {self.table} SET "
-            f"status = CASE WHEN {final} THEN 'failed' "
+            f"status = CASE WHEN {cancelled} THEN 'cancelled' WHEN {final} THEN 'failed' "
             f"WHEN {self.float_param_sql('retry_in')} > 0 THEN 'scheduled' ELSE 'pending' END, "
             f"scheduled_at = CASE WHEN {final} THEN scheduled_at "
             f"ELSE {self.later_sql('retry_in')} END, "
@@ -458,6 +473,7 @@ class QueueOps:
         )
         params = {
             "no_retry": retry_in is None,
+            "cancel": cancel,
             "retry_in": retry_in or 0,
             "now": self.clock(now),
             "error": error,
@@ -474,14 +490,19 @@ class QueueOps:
     def release(
         self, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None
     ) -> int:
-        """Give back claimed-but-unstarted jobs: pending again, the attempt not counted."""
+        """Give back claimed-but-unstarted jobs: pending again, the attempt not counted (a job
+        whose cancel was requested meanwhile is cancelled instead)."""
         if not job_ids:
             return 0
         in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
+        now_sql = self.now_sql()
         sql = (
-            f"UPDATE {self.table} SET status = 'pending', attempts = attempts - 1, "
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END, "
+            f"completed_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE {now_sql} END, "
+            f"attempts = attempts - 1, "
             f"locked_by = '', locked_at = NULL, started_at = NULL, lease_expires_at = NULL, "
-            f"updated_at = {self.now_sql()} "
+            f"updated_at = {now_sql} "
             f"WHERE {in_sql} AND status = 'processing' AND locked_by = %(worker_id)s"
         )
         with self.connection.cursor() as cursor:
@@ -532,11 +553,15 @@ class QueueOps:
             "'Lease expired: worker ' || locked_by || ' stopped renewing it during attempt ' "
             "|| attempts || ' (killed, crashed, frozen or cut off from the database).'"
         )
+        # A job whose cancel was requested is cancelled, not run again.
+        cancelled = "cancel_requested_at IS NOT NULL"
+        final = f"({spent} OR {cancelled})"
         sql = (
             f"UPDATE {self.table} SET "
-            f"status = CASE WHEN {spent} THEN 'failed' ELSE 'pending' END, "
-            f"completed_at = CASE WHEN {spent} THEN {now_sql} ELSE NULL END, "
-            f"locked_by = CASE WHEN {spent} THEN locked_by ELSE '' END, "
+            f"status = CASE WHEN {cancelled} THEN 'cancelled' WHEN {spent} THEN 'failed' "
+            f"ELSE 'pending' END, "
+            f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
+            f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
             f"last_error = {message}, "
             f"errors = {self.lease_error_sql()}, "
             f"lease_expires_at = NULL, updated_at = {now_sql} "
@@ -635,6 +660,67 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
+
+    def cancel_requests(self, *, worker_id: str) -> list[int]:
+        """The ids of the jobs this worker runs whose cancel was requested: one probe of the
+        partial index ``sqlq_job_cancel_idx`` (requested, still running jobs only)."""
+        sql = (
+            f"SELECT id FROM {self.table} WHERE status = 'processing' "
+            f"AND cancel_requested_at IS NOT NULL AND locked_by = %(worker_id)s"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"worker_id": worker_id})
+            return [row[0] for row in cursor.fetchall()]
+
+    def request_cancel(self, job_ids: Sequence[int], *, now: datetime | None = None) -> int:
+        """Ask the workers running ``job_ids`` to stop them: ``cancel_requested_at`` on the
+        ones still processing (the first request's time is kept). Returns how many."""
+        if not job_ids:
+            return 0
+        in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
+        now_sql = self.now_sql()
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"cancel_requested_at = COALESCE(cancel_requested_at, {now_sql}), "
+            f"updated_at = {now_sql} "
+            f"WHERE {in_sql} AND status = 'processing'"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": self.clock(now), **in_params})
+            return int(cursor.rowcount)
+
+    def write_progress(
+        self,
+        progress: Sequence[tuple[int, int, float, str]],
+        *,
+        worker_id: str,
+        now: datetime | None = None,
+    ) -> None:
+        """Write (job id, attempt, fraction, message) for jobs this worker ran: fenced by
+        worker and attempt (not by status, so that the last progress of an attempt that just
+        finished is kept on its row)."""
+        if not progress:
+            return
+        now_sql = self.now_sql()
+        sql = (
+            f"UPDATE {self.table} SET progress = {self.float_param_sql('progress')}, "
+            f"progress_message = %(message)s, progress_at = {now_sql} "
+            f"WHERE id = %(job_id)s AND locked_by = %(worker_id)s AND attempts = %(attempt)s"
+        )
+        clock = self.clock(now)
+        rows = [
+            {
+                "progress": fraction,
+                "message": message,
+                "now": clock,
+                "job_id": job_id,
+                "worker_id": worker_id,
+                "attempt": attempt,
+            }
+            for job_id, attempt, fraction, message in progress
+        ]
+        with self.connection.cursor() as cursor:
+            cursor.executemany(sql, rows)
 
     def tidy(self) -> bool:
         """Maintenance after many claims: clear what finished jobs left in the claim's index.

@@ -65,6 +65,10 @@ JOB_COLUMNS: Final[dict[str, New | str | None]] = {
     "lease_expires_at": None,
     "result": None,
     "unique_key": New.FIELD,
+    "cancel_requested_at": None,
+    "progress": None,
+    "progress_message": None,
+    "progress_at": None,
 }
 
 #: The columns an INSERT writes, in order.

@@ -59,6 +59,7 @@ class Completer:
         self.jobs_done = 0
         self.jobs_failed = 0  # failed attempts, retried or not
         self.jobs_retried = 0  # failed attempts that will be retried
+        self.jobs_cancelled = 0  # attempts recorded cancelled (a cancel requested as they ran)
 
     def flush(self, *, force: bool = False, idle: bool = False) -> None:
         """Write the buffered completions if it is time; ``idle``: nothing is running."""
@@ -77,7 +78,7 @@ class Completer:
 
     def write(self, batch: list[Done]) -> None:
         try:
-            written = set(self._complete(batch))
+            written = self._complete(batch)
         except DatabaseError as exc:
             if self.worker.forced:
                 raise
@@ -108,10 +109,26 @@ class Completer:
         self.held.discard(item.job.id for item in batch)
         log = job_logger.isEnabledFor(logging.INFO)
         for item in batch:
-            job = item.job
-            if job.id not in written:
-                self.lost(job)
-                continue
+            status = written.get(item.job.id)
+            if status is None:
+                self.lost(item.job)
+            else:
+                self._written(item, status, log=log)
+
+    def _written(self, item: Done, status: str, *, log: bool) -> None:
+        """Count and log one written completion (``status``: completed, or cancelled when
+        the handler ran to its end after its cancel was requested); call its hook."""
+        job = item.job
+        if status == JobStatus.CANCELLED:
+            self.jobs_cancelled += 1
+            logger.info(
+                "Job id=%s type=%s attempt=%d ran to its end after its cancel was "
+                "requested: recorded cancelled",
+                job.id,
+                job.type,
+                job.attempts,
+            )
+        else:
             self.jobs_done += 1
             if log:
                 job_logger.info(
@@ -121,20 +138,20 @@ class Completer:
                     item.elapsed,
                     job.attempts,
                 )
-            if item.handler.on_finish is not None:
-                call_hook(
-                    self.worker_id,
-                    item.handler.on_finish,
-                    job_context(job, self.worker_id, self.database),
-                    JobStatus.COMPLETED,
-                    item.result,
-                )
+        if item.handler.on_finish is not None:
+            call_hook(
+                self.worker_id,
+                item.handler.on_finish,
+                job_context(job, self.worker_id, self.database),
+                status,
+                item.result,
+            )
 
-    def _complete(self, batch: list[Done]) -> list[int]:
+    def _complete(self, batch: list[Done]) -> dict[int, str]:
         return with_retry(
             self.worker,
             "complete",
-            lambda: lifecycle.complete(
+            lambda: lifecycle.complete_statuses(
                 self.database,
                 [Finished(item.job.id, item.job.attempts, item.result) for item in batch],
                 worker_id=self.worker_id,
@@ -143,11 +160,17 @@ class Completer:
         )
 
     def record_failure(
-        self, job: ClaimedJob, error: lifecycle.ErrorInfo, *, retry: bool = True
+        self,
+        job: ClaimedJob,
+        error: lifecycle.ErrorInfo,
+        *,
+        retry: bool = True,
+        cancel: bool = False,
     ) -> str | None:
-        """Write a failed attempt at once. Returns the job's new status, or None if lost."""
+        """Write a failed attempt at once (``cancel``: a cancelled one). Returns the job's new
+        status, or None if lost."""
         worker = self.worker
-        retry_in = worker.backoff(job.attempts) if retry else None
+        retry_in = worker.backoff(job.attempts) if retry and not cancel else None
 
         def write() -> str | None:
             return lifecycle.fail_or_retry(
@@ -157,6 +180,7 @@ class Completer:
                 worker_id=self.worker_id,
                 retry_in=retry_in,
                 now=worker.now(),
+                cancel=cancel,
             )
 
         try:
@@ -184,6 +208,17 @@ class Completer:
         if status is None:
             self.lost(job)
             return None
+        if status == JobStatus.CANCELLED:
+            self.jobs_cancelled += 1
+            logger.info(
+                "Job id=%s type=%s attempt %d cancelled (%s: %s)",
+                job.id,
+                job.type,
+                job.attempts,
+                error.exception_class,
+                error.message,
+            )
+            return status
         self.jobs_failed += 1
         if status != JobStatus.FAILED:
             self.jobs_retried += 1

@@ -10,7 +10,9 @@ Threads, each with its own database connection:
   attempt at once (fenced by worker id and attempt number);
 - the maintenance services (``maintenance``): the heartbeat renews the leases of all the
   jobs this worker holds in one statement (until the last running job is finished, also
-  after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs.
+  after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs;
+  the job controls read the cancel requests (twice a second) and write the handlers'
+  progress (once a second).
 
 Signal handlers (``signals``) only set an event. On stop the worker claims nothing more,
 lets running jobs finish, gives back jobs it claimed but did not start, and returns. A
@@ -37,7 +39,14 @@ from django_sqlq.conf import Settings, get_settings
 from django_sqlq.models import WorkerProcess
 from django_sqlq.worker.claimer import Claimer
 from django_sqlq.worker.completer import Completer
-from django_sqlq.worker.maintenance import Heartbeat, HeldJobs, Reaper, Service, Tidier
+from django_sqlq.worker.maintenance import (
+    Heartbeat,
+    HeldJobs,
+    JobControls,
+    Reaper,
+    Service,
+    Tidier,
+)
 from django_sqlq.worker.pool import RunnerPool
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 from django_sqlq.worker.staging import Stager
@@ -117,6 +126,7 @@ class Worker:
 
         # The parts, each in a module of its own (see the package docstring).
         self.held = HeldJobs()
+        self.controls = JobControls(self)
         self.staging = Stager(self)
         self.completer = Completer(self)
         self.pool = RunnerPool(self)
@@ -126,7 +136,7 @@ class Worker:
         self.claimer = Claimer(self)
         # Maintenance started with the runners, stopped once they are done: the slot for
         # the pruner and the recurring-job scheduler.
-        self.services: list[Service] = [self.heartbeat]
+        self.services: list[Service] = [self.heartbeat, self.controls]
 
     @property
     def jobs_claimed(self) -> int:
@@ -165,7 +175,7 @@ class Worker:
 
     def run(self, *, burst: bool = False, install_signal_handlers: bool = True) -> int:
         """Work until stopped; with ``burst``, until no runnable job is left. Returns the
-        number of jobs this worker finished (completed or failed attempts)."""
+        number of jobs this worker finished (completed, failed or cancelled attempts)."""
         self._check_ready()
         registry.autodiscover()
         logger.info(
@@ -231,7 +241,7 @@ class Worker:
             self.jobs_failed - self.jobs_retried,
             self.jobs_retried,
         )
-        return self.jobs_done + self.jobs_failed
+        return self.jobs_done + self.jobs_failed + self.completer.jobs_cancelled
 
     def _check_ready(self) -> None:
         """Raise WorkerError unless this worker can start (sqlq_worker --processes checks

@@ -8,13 +8,17 @@ from collections.abc import Callable
 from typing import Any
 
 from django_sqlq import registry
+from django_sqlq.control import JobControl
 from django_sqlq.db.base import ClaimedJob
 
 logger = logging.getLogger("django_sqlq.worker")
 
 
-def job_context(job: ClaimedJob, worker_id: str, database: str) -> registry.JobContext:
+def job_context(
+    job: ClaimedJob, worker_id: str, database: str, control: JobControl | None = None
+) -> registry.JobContext:
     return registry.JobContext(
+        control=control,
         job_id=job.id,
         type=job.type,
         queue=job.queue,

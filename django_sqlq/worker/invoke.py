@@ -20,6 +20,7 @@ from typing import Any
 import asgiref
 from django.db import connections
 
+from django_sqlq.control import JobControl
 from django_sqlq.db import has_uncommitted_writes, interrupt_statement
 from django_sqlq.exceptions import JobTimeoutError, TransactionLeftOpenError
 
@@ -71,19 +72,29 @@ def close_event_loop() -> None:
 
 
 def invoke(
-    func: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, *, is_async: bool
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    timeout: float | None,
+    *,
+    is_async: bool,
+    control: JobControl | None = None,
 ) -> Any:
+    """Run the handler ``func(*args)``. An async one's task is cancelled when ``control``'s
+    cancel is requested (the coroutine sees CancelledError at its next ``await``)."""
     if is_async:
         if timeout is None:
             loop = _event_loop()
+            task = loop.create_task(func(*args))
+            remove = _cancel_on_request(control, loop, task)
             try:
-                return loop.run_until_complete(func(*args))
+                return loop.run_until_complete(task)
             finally:
+                remove()
                 _cancel_leftover_tasks(loop)
         # asyncio.wait_for alone cannot stop a coroutine that blocks its loop (time.sleep,
         # a synchronous client): it never yields. So a timed coroutine runs on a loop of its
         # own in a helper thread, abandoned at the timeout like a timed sync handler.
-        return _call_with_timeout(_run_timed_coroutine, (func, args, timeout), timeout)
+        return _call_with_timeout(_run_timed_coroutine, (func, args, timeout, control), timeout)
     if timeout is None:
         return func(*args)
     return _call_with_timeout(func, args, timeout)
@@ -110,12 +121,39 @@ def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
                 task.exception()
 
 
-def _run_timed_coroutine(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+def _cancel_on_request(
+    control: JobControl | None, loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any]
+) -> Callable[[], None]:
+    """Cancel ``task`` (from another thread) when ``control``'s cancel is requested. Returns
+    the function that stops watching."""
+    if control is None:
+        return _nothing
+    return control.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+
+
+def _nothing() -> None:
+    pass
+
+
+def _run_timed_coroutine(
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    timeout: float,
+    control: JobControl | None = None,
+) -> Any:
     """Run the async handler ``func`` on a new event loop, cancelled at ``timeout`` if it
-    yields to the loop by then (its ``finally`` blocks run)."""
+    yields to the loop by then (its ``finally`` blocks run), or when its cancel is
+    requested."""
 
     async def timed() -> Any:
-        return await asyncio.wait_for(func(*args), timeout)
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - a coroutine run by asyncio.run has its task
+            raise RuntimeError("no current task")
+        remove = _cancel_on_request(control, asyncio.get_running_loop(), task)
+        try:
+            return await asyncio.wait_for(func(*args), timeout)
+        finally:
+            remove()
 
     try:
         return asyncio.run(timed())

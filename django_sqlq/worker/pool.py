@@ -19,8 +19,9 @@ from django.db import connections
 from django.utils import timezone, translation
 
 from django_sqlq import lifecycle, registry
+from django_sqlq.control import JobControl
 from django_sqlq.db.base import ClaimedJob
-from django_sqlq.exceptions import PayloadError
+from django_sqlq.exceptions import JobCancelled, PayloadError
 from django_sqlq.jsoncodec import decode_json, encode_json
 from django_sqlq.worker.completer import FLUSH_BATCH, Done
 from django_sqlq.worker.hooks import call_hook, job_context
@@ -120,6 +121,7 @@ class RunnerPool:
 
     def _process(self, job: ClaimedJob) -> None:
         self.running[job.id] = job
+        control = self.worker.controls.begin(job.id, job.attempts)
         started = time.monotonic()
         job_logger.debug("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
         handler: registry.Handler | None = None
@@ -128,6 +130,10 @@ class RunnerPool:
                 # Only a row edited by hand gets here: every transition keeps attempts at or
                 # below max_attempts. Its attempts are spent, so it is failed, not run.
                 outcome, value = "failed", _spent(job)
+            elif control.cancelled:
+                # Cancelled after its claim, before a runner took it: not run at all.
+                error = JobCancelled(f"Job id={job.id} was cancelled before it started.")
+                outcome, value = "failed", lifecycle.ErrorInfo.from_exception(error)
             else:
                 try:
                     handler = registry.get(job.type)
@@ -138,11 +144,12 @@ class RunnerPool:
                         call_hook(
                             self.worker_id,
                             handler.on_start,
-                            job_context(job, self.worker_id, self.database),
+                            job_context(job, self.worker_id, self.database, control),
                         )
-                    outcome, value = self._call_handler(job, handler)
+                    outcome, value = self._call_handler(job, handler, control)
         finally:
             self.running.pop(job.id, None)
+            self.worker.controls.end(control)
         elapsed = time.monotonic() - started
         self.avg_runtime = (
             elapsed if self.avg_runtime is None else 0.8 * self.avg_runtime + 0.2 * elapsed
@@ -157,12 +164,17 @@ class RunnerPool:
                 completer.pending.append(Done(job, value, handler, elapsed))
             return
         retry = outcome == "failed" and job.attempts <= job.max_attempts
-        status = self.completer.record_failure(job, value, retry=retry)
+        # Cancelled while it ran (whatever the handler raised: JobCancelled at a checkpoint,
+        # CancelledError in an async task, or any error), or cancelled by its own handler.
+        cancel = control.cancelled or isinstance(value.exception, JobCancelled)
+        status = self.completer.record_failure(job, value, retry=retry, cancel=cancel)
         if status is not None and handler is not None:
-            context = job_context(job, self.worker_id, self.database)
+            context = job_context(job, self.worker_id, self.database, control)
             call_hook(self.worker_id, handler.on_finish, context, status, value)
 
-    def _call_handler(self, job: ClaimedJob, handler: registry.Handler) -> tuple[str, Any]:
+    def _call_handler(
+        self, job: ClaimedJob, handler: registry.Handler, control: JobControl
+    ) -> tuple[str, Any]:
         """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
         attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not."""
         context_before = contextvars.copy_context()
@@ -170,11 +182,13 @@ class RunnerPool:
             payload = decode_json(job.payload)
             args: tuple[Any, ...] = (payload,)
             if handler.takes_context:
-                args += (job_context(job, self.worker_id, self.database),)
+                args += (job_context(job, self.worker_id, self.database, control),)
             # The job's own timeout, else its handler's, read here in the worker (which
             # imported the handler) rather than at enqueue (where it may not be).
             timeout = job.timeout if job.timeout is not None else handler.timeout
-            result = invoke(handler.func, args, timeout, is_async=handler.is_async)
+            result = invoke(
+                handler.func, args, timeout, is_async=handler.is_async, control=control
+            )
             check_connections()
         except BaseException as exc:
             tidy_connections()

@@ -41,3 +41,23 @@ def resend_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
     order.save(update_fields=["confirmation_sent_at"])
     logger.info("Sent the confirmation of order #%s to %s again", order.pk, order.customer_email)
     return {"order_id": order.pk, "sent_to": order.customer_email, "resent": True}
+
+
+@handler("shop.rebuild_thumbnails", takes_context=True)
+def rebuild_thumbnails(payload: dict[str, Any], context: Any) -> dict[str, Any]:
+    """A long job (here: a pause per image) that reports its progress and can be cancelled.
+
+    `context.set_progress()` costs nothing here: the worker writes the last value about
+    once a second, and the admin shows it as a bar (job list, job page, dashboard). The
+    admin's Cancel on the running job sets `context.cancel_requested` within a second;
+    `context.check_cancelled()` then raises JobCancelled, and the job ends "cancelled".
+    """
+    import time
+
+    total = int(payload.get("images", 100))
+    pause = float(payload.get("seconds_each", 0.2))
+    for done in range(total):
+        context.check_cancelled()  # a checkpoint between two images, never inside one
+        time.sleep(pause)  # a real shop would resize an image here
+        context.set_progress((done + 1) / total, f"resized {done + 1} of {total}")
+    return {"resized": total}

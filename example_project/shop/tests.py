@@ -68,3 +68,10 @@ class InlineModeTests(TestCase):
     def test_sample_orders_are_confirmed_at_once(self):
         call_command("shop_sample_orders", 3, stdout=StringIO())
         self.assertEqual(Order.objects.filter(confirmation_sent_at__isnull=False).count(), 3)
+
+
+class LongJobTests(TestCase):
+    def test_the_thumbnail_job_reports_progress_and_finishes(self):
+        call_command("shop_rebuild_thumbnails", images=3, seconds_each=0, stdout=StringIO())
+        outcome = run_jobs()
+        self.assertEqual((outcome.completed, outcome.failed), (1, 0))

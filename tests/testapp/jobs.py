@@ -85,3 +85,64 @@ def with_context(payload: Any, context: Any) -> dict[str, Any]:  # noqa: ARG001 
 
 
 from tests.testapp import fault_jobs  # noqa: E402, F401
+
+# -- cancel and progress (issue 15): each announces its start in payload["started"] and
+# waits (at most a minute) for something, so that a test acts while it runs --------------
+
+
+def _mark(path: str, text: str = "") -> None:
+    Path(path).write_text(text)
+
+
+@handler("tests.cancel_cooperative", takes_context=True)
+def cancel_cooperative(payload: dict[str, Any], context: Any) -> str:
+    """Report progress and stop at the next checkpoint once its job is cancelled."""
+    _mark(payload["started"])
+    deadline = time.monotonic() + 60
+    step = 0
+    while time.monotonic() < deadline:
+        step += 1
+        context.set_progress(min(step / 1000, 1.0), f"step {step}")
+        if context.cancel_requested:
+            _mark(payload["saw"], str(step))
+        context.check_cancelled()
+        time.sleep(0.02)
+    return "ran out of time"
+
+
+@handler("tests.cancel_ignored", takes_context=True)
+def cancel_ignored(payload: dict[str, Any], context: Any) -> str:
+    """Notice the cancel (writes payload["saw"]) but run on until payload["release"]."""
+    _mark(payload["started"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not Path(payload["release"]).exists():
+        if context.cancel_requested:
+            _mark(payload["saw"])
+        time.sleep(0.02)
+    return "ran to the end"
+
+
+@handler("tests.cancel_async")
+async def cancel_async(payload: dict[str, Any]) -> str:
+    """Wait on the event loop; record the CancelledError it gets when its job is cancelled."""
+    import asyncio
+
+    _mark(payload["started"])
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        _mark(payload["saw"])
+        raise
+    return "not cancelled"
+
+
+@handler("tests.progress", takes_context=True)
+def progress(payload: dict[str, Any], context: Any) -> str:
+    """Report 40%, wait for payload["release"], report 100% and finish."""
+    context.set_progress(0.4, "resized 40 of 100")
+    _mark(payload["started"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not Path(payload["release"]).exists():
+        time.sleep(0.02)
+    context.set_progress(1.0, "resized 100 of 100")
+    return "done"

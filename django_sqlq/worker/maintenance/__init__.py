@@ -4,6 +4,7 @@
   row in the workers table; runs the reaper.
 - ``reaper``: returns expired leases (of dead workers) to the queue.
 - ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
+- ``control``: the cancel requests among the running jobs, and their progress.
 - ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
 
 A new duty (the pruner of finished jobs, the recurring-job scheduler) is a
@@ -11,9 +12,18 @@ A new duty (the pruner of finished jobs, the recurring-job scheduler) is a
 starts these with its runners and stops them once the runners are done.
 """
 
+from django_sqlq.worker.maintenance.control import JobControls
 from django_sqlq.worker.maintenance.heartbeat import Heartbeat, HeldJobs
 from django_sqlq.worker.maintenance.reaper import Reaper
 from django_sqlq.worker.maintenance.service import PeriodicService, Service
 from django_sqlq.worker.maintenance.tidier import Tidier
 
-__all__ = ["Heartbeat", "HeldJobs", "PeriodicService", "Reaper", "Service", "Tidier"]
+__all__ = [
+    "Heartbeat",
+    "HeldJobs",
+    "JobControls",
+    "PeriodicService",
+    "Reaper",
+    "Service",
+    "Tidier",
+]
