@@ -12,20 +12,43 @@ from typing import TYPE_CHECKING, Any
 from django_sqlq.registry import handler
 
 if TYPE_CHECKING:
-    from django_sqlq.api import abulk_enqueue, aenqueue, bulk_enqueue, enqueue
+    from django_sqlq.api import (
+        abulk_enqueue,
+        aenqueue,
+        bulk_enqueue,
+        enqueue,
+        pause_queue,
+        resume_queue,
+    )
 
 try:
     __version__ = version("django-sqlq")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "abulk_enqueue", "aenqueue", "bulk_enqueue", "enqueue", "handler"]
+__all__ = [
+    "__version__",
+    "abulk_enqueue",
+    "aenqueue",
+    "bulk_enqueue",
+    "enqueue",
+    "handler",
+    "pause_queue",
+    "resume_queue",
+]
 
 
 def __getattr__(name: str) -> Any:
     # enqueue/bulk_enqueue import the models lazily, on first use, so that importing
     # django_sqlq (for @handler) never raises AppRegistryNotReady.
-    if name in ("enqueue", "bulk_enqueue", "aenqueue", "abulk_enqueue"):
+    if name in (
+        "enqueue",
+        "bulk_enqueue",
+        "aenqueue",
+        "abulk_enqueue",
+        "pause_queue",
+        "resume_queue",
+    ):
         from django_sqlq import api
 
         return getattr(api, name)

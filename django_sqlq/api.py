@@ -550,3 +550,9 @@ async def abulk_enqueue(
         unique_key=unique_key,
         unique_for=unique_for,
     )
+
+
+# Pausing and resuming a queue (issue 15) live in django_sqlq.queues, with the rest of the
+# operator's queue controls; exported here and from django_sqlq with enqueue().
+from django_sqlq.queues import pause_queue as pause_queue  # noqa: E402
+from django_sqlq.queues import resume_queue as resume_queue  # noqa: E402

@@ -103,6 +103,7 @@ class RunnerPool:
                     )
                     self.worker.held.discard([job.id])
                 finally:
+                    self.worker.queue_control.finished((job.queue,))
                     with self.busy_lock:
                         self.busy -= 1
                         busy = self.busy

@@ -85,3 +85,15 @@ def with_context(payload: Any, context: Any) -> dict[str, Any]:  # noqa: ARG001 
 
 
 from tests.testapp import fault_jobs  # noqa: E402, F401
+
+
+@handler("tests.span")
+def span(payload: dict[str, Any]) -> None:
+    """Append "+n" when it starts and "-n" when it ends (O_APPEND: one order for every
+    process), sleeping ``seconds`` between: tests replay the file to find the most jobs
+    that ever ran at once."""
+    with Path(payload["path"]).open("a") as fh:
+        fh.write(f"+{payload['n']}\n")
+    time.sleep(payload.get("seconds", 0.1))
+    with Path(payload["path"]).open("a") as fh:
+        fh.write(f"-{payload['n']}\n")
