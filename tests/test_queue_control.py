@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -170,11 +171,13 @@ def test_a_global_concurrency_limit_of_two_holds_with_three_worker_processes(
         "tests.span", [{"n": n, "path": str(log), "seconds": 0.15} for n in range(12)],
         queue="reports",
     )  # fmt: skip
+    env = {"SQLQ_TEST_QUEUE_LIMITS": limits}
     workers = [
-        spawn_worker("--queue", "reports", "--concurrency", "3", "--burst",
-                     env={"SQLQ_TEST_QUEUE_LIMITS": limits})
-        for _ in range(3)
-    ]  # fmt: skip
+        spawn_worker("--queue", "reports", "--concurrency", "3", "--burst", env=env),
+        spawn_worker("--queue", "reports", "--concurrency", "3", "--burst", env=env),
+        # A worker serving every queue counts against the same limit.
+        spawn_worker("--queue-name", "*", "--concurrency", "3", "--burst", env=env),
+    ]
     for worker in workers:
         assert worker.wait(60) == 0, worker.output()
     assert _done("reports", 12)
@@ -302,3 +305,67 @@ def test_a_global_limit_in_process_claims_no_more_than_the_limit() -> None:
                                lease_seconds=30, limits=limits) == []  # fmt: skip
         assert len(lifecycle.claim("default", queues=["reports", "default"], worker_id="c",
                                    limit=5, lease_seconds=30, limits=limits)) == 2  # fmt: skip
+
+
+def test_a_claim_of_a_limited_queue_waits_for_another_claim_of_it_to_commit(engine: str) -> None:
+    """The lock: while one claim's transaction is open (it took the 2 slots), a second
+    claim of the queue waits for it, then counts its jobs and takes none. Without the lock
+    the second would count 0 running (the first has not committed) and take 2 more."""
+    from django.db import connections, transaction
+
+    from django_sqlq import lifecycle
+    from django_sqlq.db import ops_for
+
+    limits = {"reports": QueueLimit(concurrency=2)}
+    bulk_enqueue("tests.noop", [{}] * 5, queue="reports")
+    ops_for("default").ensure_queue_rows(["reports"])
+    first: list[object] = []
+    second: list[list[object]] = []
+    claimed, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def claim(worker_id: str) -> list[object]:
+        return list(lifecycle.claim("default", queues=["reports"], worker_id=worker_id,
+                                    limit=5, lease_seconds=30, limits=limits))  # fmt: skip
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                first.extend(claim("a"))
+                claimed.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    def wait_and_claim() -> None:
+        try:
+            second.append(claim("b"))
+        finally:
+            done.set()
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert claimed.wait(30)
+        waiter = threading.Thread(target=wait_and_claim)
+        waiter.start()
+        if engine == "postgresql":
+            # The second claim is waiting on a lock (or, without one, already done).
+            wait_for(lambda: done.is_set() or _lock_waits() > 0)
+    finally:
+        release.set()
+        holder.join(30)
+    waiter.join(30)
+    assert len(first) == 2
+    assert second == [[]]
+
+
+def _lock_waits() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        )
+        return int(cursor.fetchone()[0])
