@@ -369,3 +369,21 @@ def _lock_waits() -> int:
             "AND datname = current_database()"
         )
         return int(cursor.fetchone()[0])
+
+
+def test_a_bad_queue_limit_is_a_system_check_error_naming_the_key() -> None:
+    from django.core.checks import run_checks
+
+    with override_settings(SQLQ={**_sqlq(), "QUEUE_LIMITS": {"sms": {"rate": "ten/s"}}}):
+        messages = [m for m in run_checks() if m.id == "django_sqlq.E001"]
+    assert len(messages) == 1
+    assert "SQLQ['QUEUE_LIMITS']['sms']['rate']" in messages[0].msg
+
+
+def test_a_worker_refuses_a_limit_on_a_queue_it_does_not_serve() -> None:
+    from django_sqlq.worker import Worker
+
+    with pytest.raises(ValueError, match="does not serve"):
+        Worker(queues=["default"], queue_limits={"emails": 2})
+    with pytest.raises(ValueError, match=">= 1"):
+        Worker(queues=["emails"], queue_limits={"emails": 0})
