@@ -387,3 +387,14 @@ def test_a_worker_refuses_a_limit_on_a_queue_it_does_not_serve() -> None:
         Worker(queues=["default"], queue_limits={"emails": 2})
     with pytest.raises(ValueError, match=">= 1"):
         Worker(queues=["emails"], queue_limits={"emails": 0})
+
+
+def test_sqlq_queue_status_names_and_aliases() -> None:
+    out = io.StringIO()
+    call_command("sqlq_queue", "status", "emails", "nowhere", stdout=out)
+    assert [line.split()[:2] for line in out.getvalue().splitlines()[1:]] == [
+        ["emails", "running"],
+        ["nowhere", "running"],
+    ]
+    with pytest.raises(CommandError, match="Unknown database alias"):
+        call_command("sqlq_queue", "status", "--database", "nope")
