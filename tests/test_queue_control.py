@@ -371,6 +371,7 @@ def _lock_waits() -> int:
         return int(cursor.fetchone()[0])
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_a_bad_queue_limit_is_a_system_check_error_naming_the_key() -> None:
     from django.core.checks import run_checks
 
