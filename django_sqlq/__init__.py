@@ -20,6 +20,8 @@ if TYPE_CHECKING:
         bulk_enqueue,
         cancel,
         enqueue,
+        pause_queue,
+        resume_queue,
     )
     from django_sqlq.exceptions import JobCancelled
 
@@ -39,6 +41,8 @@ __all__ = [
     "cancel",
     "enqueue",
     "handler",
+    "pause_queue",
+    "resume_queue",
 ]
 
 _API = (
@@ -49,6 +53,8 @@ _API = (
     "cancel",
     "acancel",
     "CancelResult",
+    "pause_queue",
+    "resume_queue",
 )
 
 

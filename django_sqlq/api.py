@@ -626,3 +626,9 @@ def cancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
 async def acancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
     """``cancel()`` for async code, through ``sync_to_async(thread_sensitive=True)``."""
     return await sync_to_async(cancel, thread_sensitive=True)(job_or_id, using=using)
+
+
+# Pausing and resuming a queue (issue 15) live in django_sqlq.queues, with the rest of the
+# operator's queue controls; exported here and from django_sqlq with enqueue().
+from django_sqlq.queues import pause_queue as pause_queue  # noqa: E402
+from django_sqlq.queues import resume_queue as resume_queue  # noqa: E402

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 
 from django_sqlq import validation
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+from django_sqlq.limits import QueueLimit, parse_queue_limits
 
 MAX_INTERVAL = validation.MAX_INTERVAL_SECONDS
 MAX_DELAY = validation.MAX_DELAY_SECONDS
@@ -40,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "SQLITE_PRAGMAS": DEFAULT_SQLITE_PRAGMAS,
     "TESTING": None,
     "LISTEN_DATABASE": None,
+    "QUEUE_LIMITS": {},
 }
 
 TESTING_MODES = (None, "inline")
@@ -62,6 +64,8 @@ class Settings:
     SQLITE_PRAGMAS: Mapping[str, str | int]
     TESTING: str | None = None
     LISTEN_DATABASE: str | None = None
+    #: Global per-queue limits (``SQLQ["QUEUE_LIMITS"]``, parsed): queue -> QueueLimit.
+    QUEUE_LIMITS: Mapping[str, QueueLimit] = field(default_factory=dict)
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -223,4 +227,5 @@ def _read(user: Any) -> Settings:
         SQLITE_PRAGMAS=dict(pragmas),
         TESTING=merged["TESTING"],
         LISTEN_DATABASE=listen,
+        QUEUE_LIMITS=parse_queue_limits(merged["QUEUE_LIMITS"]),
     )

@@ -22,7 +22,7 @@ import logging
 import math
 import random
 import traceback as tb
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ from django_sqlq._django import raw_delete
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
+from django_sqlq.limits import QueueLimit
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.validation import MAX_DELAY_SECONDS
 
@@ -156,9 +157,12 @@ def claim(
     now: datetime | None = None,
     exclude_queues: Sequence[str] = (),
     turn: int = 0,
+    caps: Mapping[str, int] | None = None,
+    limits: Mapping[str, QueueLimit] | None = None,
 ) -> list[ClaimedJob]:
     """pending -> processing for up to ``limit`` runnable jobs, in one statement; the
-    queues take turns filling the batch, starting at the ``turn``-th."""
+    queues take turns filling the batch, starting at the ``turn``-th. ``caps``: at most
+    that many of a queue; ``limits``: global per-queue limits (see ``QueueOps.claim``)."""
     return ops_for(alias).claim(
         queues=queues,
         worker_id=worker_id,
@@ -167,6 +171,8 @@ def claim(
         now=now,
         exclude_queues=exclude_queues,
         turn=turn,
+        caps=caps,
+        limits=limits,
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -105,6 +106,8 @@ SQLQ = {
     "POLL_INTERVAL": 0.05,
     # Worker processes of tests that need a backoff set SQLQ_TEST_RETRY_BACKOFF_BASE.
     "RETRY_BACKOFF_BASE": float(os.environ.get("SQLQ_TEST_RETRY_BACKOFF_BASE", "0")),
+    # Worker processes of the queue-limit tests get theirs as JSON (tests/test_queue_control.py).
+    "QUEUE_LIMITS": json.loads(os.environ.get("SQLQ_TEST_QUEUE_LIMITS", "{}")),
 }
 
 LOGGING = {

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db import DatabaseError
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import formats, timezone
@@ -22,7 +29,9 @@ from django.utils.translation import gettext
 from django_sqlq.admin.display import admin_links, progress_bar, queue_alias
 from django_sqlq.conf import configured_queues
 from django_sqlq.dashboard import chart, running_jobs, snapshot, throughput
+from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job
+from django_sqlq.queues import pause_queue, paused_names, resume_queue
 
 if TYPE_CHECKING:
     JobModelAdmin = admin.ModelAdmin[Job]
@@ -32,6 +41,11 @@ else:
 # Seconds between refreshes of the live parts of the dashboard.
 LIVE_SECONDS = 5
 CHARTS_SECONDS = 30
+
+
+def can_pause(request: HttpRequest) -> bool:
+    """Whether the user may pause and resume queues: the change permission on queues."""
+    return bool(request.user.has_perm("django_sqlq.change_queue"))
 
 
 class QueueDashboardViews(JobModelAdmin):
@@ -45,6 +59,7 @@ class QueueDashboardViews(JobModelAdmin):
             ("dashboard/live/", self.dashboard_live_view, "dashboard_live"),
             ("dashboard/charts/", self.dashboard_charts_view, "dashboard_charts"),
             ("dashboard/alerts/", self.dashboard_alerts_view, "dashboard_alerts"),
+            ("dashboard/queue-state/", self.queue_state_view, "queue_state"),
         )
         urls = [
             path(route, self.admin_site.admin_view(view), name="{}_{}_{}".format(*info, name))
@@ -61,16 +76,61 @@ class QueueDashboardViews(JobModelAdmin):
             raise PermissionDenied
         request.current_app = self.admin_site.name
 
-    def _live_context(self) -> dict[str, Any]:
-        snap = snapshot(queue_alias(), configured=configured_queues())
-        running = [(job, progress_bar(job)) for job in running_jobs(queue_alias())]
+    def _live_context(self, request: HttpRequest) -> dict[str, Any]:
+        alias = queue_alias()
+        try:
+            paused = paused_names(database=alias)
+        except DatabaseError:
+            paused = set()  # sqlq_queue not migrated yet: nothing can be paused
+        # A paused queue is listed even when it holds no job, with its Resume button.
+        configured = tuple(dict.fromkeys([*configured_queues(), *sorted(paused)]))
+        snap = snapshot(alias, configured=configured)
+        running = [(job, progress_bar(job)) for job in running_jobs(alias)]
         return {
             "snap": snap,
             "running": running,
             "totals": snap.totals,
             "updated": formats.time_format(timezone.localtime(snap.now), "H:i:s"),
+            "sqlq_paused": paused,
+            "sqlq_can_pause": can_pause(request),
+            "sqlq_queue_state_url": self._dashboard_url("queue_state"),
             **admin_links(self.admin_site.name),
         }
+
+    def queue_state_view(self, request: HttpRequest) -> HttpResponse:
+        """POST ``queue`` and ``action`` (pause or resume): the dashboard's buttons. Needs
+        the change permission on queues (``django_sqlq.change_queue``)."""
+        self._check_dashboard(request)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not can_pause(request):
+            raise PermissionDenied
+        name, action = request.POST.get("queue", ""), request.POST.get("action", "")
+        if action not in ("pause", "resume"):
+            return HttpResponseBadRequest("action must be pause or resume")
+        change = pause_queue if action == "pause" else resume_queue
+        try:
+            changed = change(name, database=queue_alias())
+        except InvalidJobError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            if action == "pause":
+                text = (
+                    gettext(
+                        "Queue %(q)s paused: workers claim none of its jobs until it is "
+                        "resumed; running jobs finish."
+                    )
+                    if changed
+                    else gettext("Queue %(q)s was already paused.")
+                )
+            else:
+                text = (
+                    gettext("Queue %(q)s resumed.")
+                    if changed
+                    else gettext("Queue %(q)s was not paused.")
+                )
+            self.message_user(request, text % {"q": name}, messages.SUCCESS)
+        return HttpResponseRedirect(self._dashboard_url("dashboard"))
 
     def _charts_context(self) -> dict[str, Any]:
         flow = throughput(queue_alias(), cache=True)
@@ -97,7 +157,7 @@ class QueueDashboardViews(JobModelAdmin):
             "charts_seconds": CHARTS_SECONDS,
             "sqlq_live_url": self._dashboard_url("dashboard_live"),
             "sqlq_charts_url": self._dashboard_url("dashboard_charts"),
-            **self._live_context(),
+            **self._live_context(request),
             **self._charts_context(),
         }
         return TemplateResponse(request, "admin/django_sqlq/dashboard.html", context)
@@ -105,7 +165,7 @@ class QueueDashboardViews(JobModelAdmin):
     def dashboard_live_view(self, request: HttpRequest) -> HttpResponse:
         self._check_dashboard(request)
         return TemplateResponse(
-            request, "admin/django_sqlq/dashboard_live.html", self._live_context()
+            request, "admin/django_sqlq/dashboard_live.html", self._live_context(request)
         )
 
     def dashboard_charts_view(self, request: HttpRequest) -> HttpResponse:
@@ -118,7 +178,7 @@ class QueueDashboardViews(JobModelAdmin):
         """Just the alerts, for the top of the lists and the app's index page."""
         self._check_dashboard(request)
         context = {
-            **self._live_context(),
+            **self._live_context(request),
             "compact": bool(request.GET.get("compact")),
             # The list the alerts are shown on: no alert links to the page it is on.
             "here": request.GET.get("here", ""),

@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -30,6 +30,10 @@ from django.utils.dateparse import parse_datetime
 from django_sqlq import statuses
 from django_sqlq.db.columns import FIELD_COLUMNS, INSERT_COLUMNS, JOB_COLUMNS, New
 from django_sqlq.db.columns import ClaimedJob as ClaimedJob  # its home until it moved
+from django_sqlq.limits import QueueLimit
+
+#: A queue's room under global limits when it has neither kind (never the smaller value).
+MAX_LIMIT_ROOM = 2**31 - 1
 
 
 class Finished(NamedTuple):
@@ -38,6 +42,12 @@ class Finished(NamedTuple):
     id: int
     attempt: int
     result: Any = None
+
+
+def read_starts(value: Any) -> list[float]:
+    """``recent_starts`` as read by raw SQL (JSON text: Django does not decode raw JSON)."""
+    starts = json.loads(value) if isinstance(value, (str, bytes)) else value
+    return sorted(float(t) for t in starts or [] if isinstance(t, (int, float)))
 
 
 def _in(values: Sequence[str]) -> str:
@@ -144,6 +154,8 @@ class QueueOps:
         now: datetime | None = None,
         exclude_queues: Sequence[str] = (),
         turn: int = 0,
+        caps: Mapping[str, int] | None = None,
+        limits: Mapping[str, QueueLimit] | None = None,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` runnable jobs in one ``UPDATE ... RETURNING``.
 
@@ -155,15 +167,34 @@ class QueueOps:
 
         ``queues=None`` serves every queue holding pending jobs (found through the claim
         index) but ``exclude_queues``. Returned in (priority, ``scheduled_at``, id) order.
+
+        ``caps``: at most this many jobs of a queue (the worker's ``--queue NAME:N`` room).
+        ``limits``: global limits (``SQLQ["QUEUE_LIMITS"]``); a claim that reads a limited
+        queue runs in a transaction that first locks the limited queues' rows, then counts
+        what they run and started (see :meth:`claim_limited`). Without either, the claim
+        is the one statement above.
         """
         if limit < 1:
             return []
         order = self.claim_queues(queues, exclude_queues, turn=turn)
         if not order:
             return []
+        if caps or limits:
+            return self.claim_limited(
+                order,
+                worker_id=worker_id,
+                limit=limit,
+                lease_seconds=lease_seconds,
+                now=now,
+                caps=caps or {},
+                limits=limits or {},
+            )
         sql, params = self.claim_sql(
             order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now
         )
+        return self._run_claim(sql, params)
+
+    def _run_claim(self, sql: str, params: dict[str, Any]) -> list[ClaimedJob]:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -208,11 +239,15 @@ class QueueOps:
         limit: int,
         lease_seconds: float,
         now: datetime | None = None,
+        caps: Mapping[str, int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The claim statement and its parameters, exactly as :meth:`claim` runs them, for
-        ``queues`` read in that order (tests EXPLAIN it)."""
+        ``queues`` read in that order (tests EXPLAIN it); ``caps``: at most that many jobs
+        of those queues."""
         now_sql = self.now_sql()
-        picked_sql, picked_params = self.claim_ids_sql(queues)
+        picked_sql, picked_params = (
+            self.claim_ids_sql(queues, caps=caps) if caps else self.claim_ids_sql(queues)
+        )
         # ClaimedJob's fields, in order; scheduled_at only orders the batch.
         columns = ", ".join(
             self.raw_datetime(name) if name == "scheduled_at" else name
@@ -234,11 +269,162 @@ class QueueOps:
         }
         return sql, params
 
-    def claim_ids_sql(self, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    def claim_ids_sql(
+        self, queues: Sequence[str], caps: Mapping[str, int] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """A SELECT of the ids to claim: up to ``%(limit)s`` runnable jobs (by ``%(now)s``),
-        each queue's read in the claim index's order, the queues in the order given; and the
-        parameters that name the queues."""
+        each queue's read in the claim index's order, the queues in the order given (a queue
+        in ``caps``: at most that many of it); and the parameters that name the queues."""
         raise NotImplementedError
+
+    # -- per-queue limits (issue 15) ----------------------------------------------------
+
+    queue_table = "sqlq_queue"
+
+    def claim_limited(
+        self,
+        order: Sequence[str],
+        *,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None,
+        caps: Mapping[str, int],
+        limits: Mapping[str, QueueLimit],
+    ) -> list[ClaimedJob]:
+        """The claim of :meth:`claim` for ``order`` when some queues are limited.
+
+        ``caps`` (this worker's room per queue) only lowers that queue's share of the batch.
+        If a queue of ``order`` has a global limit, the claim runs in one transaction:
+        lock the limited queues' rows in ``sqlq_queue`` (so that claims of a limited queue
+        take turns across all workers: SQLite's write lock, PostgreSQL's row locks), count
+        the queue's running jobs (``concurrency``) and the starts in its rate window (the
+        row's ``recent_starts``), claim at most what is left, and record the new starts.
+        The counts are read after the lock, so no other claim can slip in between."""
+        caps = {name: cap for name, cap in caps.items() if name in order}
+        limited = sorted(name for name in order if name in limits)
+        if not limited:
+            return self._claim_capped(order, caps, worker_id, limit, lease_seconds, now)
+        from django.db import transaction
+
+        with transaction.atomic(using=self.connection.alias, savepoint=False):
+            starts, clock = self.lock_queue_rows(limited, now=now)
+            missing = [name for name in limited if name not in starts]
+            if missing:  # its row was deleted: none of it this time, a row for the next
+                self.ensure_queue_rows(missing)
+            running = self.running_counts(
+                [name for name in limited if limits[name].concurrency is not None]
+            )
+            for name in limited:
+                room = self.global_room(limits[name], running.get(name, 0), starts, name, clock)
+                caps[name] = min(caps.get(name, limit), room)
+            jobs = self._claim_capped(order, caps, worker_id, limit, lease_seconds, now)
+            claimed: dict[str, int] = {}
+            for job in jobs:
+                claimed[job.queue] = claimed.get(job.queue, 0) + 1
+            for name, count in claimed.items():
+                rate = limits[name].rate if name in limits else None
+                if rate is not None and clock is not None:
+                    window = [*starts.get(name, []), *([clock] * count)][-rate:]
+                    self.save_recent_starts(name, window)
+        return jobs
+
+    def _claim_capped(
+        self,
+        order: Sequence[str],
+        caps: dict[str, int],
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None,
+    ) -> list[ClaimedJob]:
+        order = [name for name in order if caps.get(name, limit) > 0]
+        if not order:
+            return []
+        caps = {name: min(cap, limit) for name, cap in caps.items() if name in order}
+        sql, params = self.claim_sql(
+            order,
+            worker_id=worker_id,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            now=now,
+            caps=caps or None,
+        )
+        return self._run_claim(sql, params)
+
+    @staticmethod
+    def global_room(
+        limit: QueueLimit,
+        running: int,
+        starts: Mapping[str, list[float]],
+        name: str,
+        clock: float | None,
+    ) -> int:
+        """How many jobs of queue ``name`` may start now under its global ``limit``."""
+        if name not in starts:
+            return 0  # no row to lock (deleted meanwhile): claim none of it this time
+        room = MAX_LIMIT_ROOM
+        if limit.concurrency is not None:
+            room = min(room, limit.concurrency - running)
+        if limit.rate is not None and limit.period is not None and clock is not None:
+            since = clock - limit.period
+            recent = sum(1 for started in starts[name] if started > since)
+            room = min(room, limit.rate - recent)
+        return max(room, 0)
+
+    def epoch_sql(self) -> str:
+        """SQL for now (the ``now`` parameter or the database's clock) in seconds since the
+        epoch, as a floating-point number."""
+        raise NotImplementedError
+
+    def lock_queue_rows(
+        self, names: Sequence[str], *, now: datetime | None = None
+    ) -> tuple[dict[str, list[float]], float | None]:
+        """Lock the rows of ``names`` in ``sqlq_queue`` until the transaction ends, and read
+        their recent starts; and now, by the database's clock (seconds since the epoch).
+        A queue without a row is left out (``ensure_queue_rows`` writes them)."""
+        raise NotImplementedError
+
+    def running_counts(self, names: Sequence[str]) -> dict[str, int]:
+        """Processing jobs per queue of ``names`` (the processing rows' partial index)."""
+        if not names:
+            return {}
+        in_sql, params = self.in_list_sql("queue", list(names), "running")
+        sql = (
+            f"SELECT queue, COUNT(*) FROM {self.table} "
+            f"WHERE status = 'processing' AND {in_sql} GROUP BY queue"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+    def save_recent_starts(self, name: str, starts: Sequence[float]) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.queue_table} SET recent_starts = "
+                f"{self.json_param_sql('starts')} WHERE name = %(name)s",
+                {"starts": json.dumps(list(starts)), "name": name},
+            )
+
+    def ensure_queue_rows(self, names: Sequence[str]) -> None:
+        """Write a row in ``sqlq_queue`` for each of ``names`` that has none (running, no
+        starts), leaving existing rows alone."""
+        for name in sorted(set(names)):
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {self.queue_table} (name, paused, updated_at, recent_starts) "
+                    f"VALUES (%(name)s, %(paused)s, {self.now_sql()}, "
+                    f"{self.empty_json_list_sql()}) ON CONFLICT (name) DO NOTHING",
+                    {"name": name, "paused": False, "now": None},
+                )
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues (a read of the small ``sqlq_queue`` table)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {self.queue_table} WHERE paused = %(yes)s", {"yes": True}
+            )
+            return [row[0] for row in cursor.fetchall()]
 
     def complete(
         self, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None

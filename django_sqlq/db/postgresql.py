@@ -9,10 +9,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps
+from django_sqlq.db.base import MAX_ERROR_ENTRIES, MAX_LIMIT_ROOM, Finished, QueueOps, read_starts
 
 CHANNEL = "django_sqlq"
 
@@ -266,11 +267,15 @@ class PostgreSQLOps(QueueOps):
             for queue in sorted(set(queues)):
                 cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
 
-    def claim_ids_sql(self, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    def claim_ids_sql(
+        self, queues: Sequence[str], caps: Mapping[str, int] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         # One index scan per queue (LATERAL), each in the claim index's order and skipping
         # rows other workers hold; the nested loop reads the queues in the array's order
         # and stops once ``limit`` rows are locked, so later queues are not even read. One
         # queue needs no loop (and plans about 0.1 ms quicker without it).
+        if caps:
+            return self._capped_claim_ids_sql(queues, caps)
         if len(queues) == 1:
             sql = (
                 f"SELECT id FROM {self.table} WHERE status = 'pending' AND queue = %(queue)s "
@@ -286,6 +291,45 @@ class PostgreSQLOps(QueueOps):
             f"AS picked LIMIT %(limit)s"
         )
         return sql, {"queues": list(queues)}
+
+    def _capped_claim_ids_sql(
+        self, queues: Sequence[str], caps: Mapping[str, int]
+    ) -> tuple[str, dict[str, Any]]:
+        # The same loop, each queue with its own LIMIT (a lateral reference to its cap).
+        sql = (
+            f"SELECT picked.id FROM unnest(%(queues)s::text[], %(caps)s::integer[]) "
+            f"WITH ORDINALITY AS q(name, cap, n) "
+            f"CROSS JOIN LATERAL (SELECT id FROM {self.table} WHERE status = 'pending' "
+            f"AND queue = q.name AND scheduled_at <= {_NOW} "
+            f"ORDER BY priority DESC, scheduled_at, id LIMIT q.cap FOR UPDATE SKIP LOCKED) "
+            f"AS picked LIMIT %(limit)s"
+        )
+        return sql, {
+            "queues": list(queues),
+            "caps": [caps.get(name, MAX_LIMIT_ROOM) for name in queues],
+        }
+
+    def epoch_sql(self) -> str:
+        return f"EXTRACT(EPOCH FROM {_NOW})::double precision"
+
+    def lock_queue_rows(
+        self, names: Sequence[str], *, now: datetime | None = None
+    ) -> tuple[dict[str, list[float]], float | None]:
+        # Row locks in name order (two claims never wait for each other crosswise), held
+        # until the claim's transaction ends; every other claim of these queues waits.
+        # The counts that follow are separate statements: in READ COMMITTED each sees
+        # what the claims before it committed.
+        sql = (
+            f"SELECT name, recent_starts, {self.epoch_sql()} FROM {self.queue_table} "
+            f"WHERE name = ANY(%(names)s) ORDER BY name FOR UPDATE"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"names": list(names), "now": self.clock(now)})
+            rows = cursor.fetchall()
+            if not rows:
+                cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
+                return {}, float(cursor.fetchone()[0])
+        return {row[0]: read_starts(row[1]) for row in rows}, float(rows[0][2])
 
 
 def server_identity(connection: Any) -> tuple[str, str]:

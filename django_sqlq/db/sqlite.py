@@ -4,12 +4,13 @@ connection set-up (WAL, busy timeout, BEGIN IMMEDIATE) and in keeping writes sho
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps
+from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps, read_starts
 
 # At most this many queues are read by one claim: SQLite refuses a compound SELECT of more
 # than 500 arms (SQLITE_MAX_COMPOUND_SELECT); each arm adds one parameter (its queue) to the
@@ -188,21 +189,54 @@ class SQLiteOps(QueueOps):
         with self.connection.wrap_database_errors:
             return self.connection.connection.execute("PRAGMA data_version").fetchone()[0]
 
-    def claim_ids_sql(self, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    def claim_ids_sql(
+        self, queues: Sequence[str], caps: Mapping[str, int] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         # One index range per queue, each in the claim index's order, glued by UNION ALL:
         # SQLite runs the arms in turn and stops once ``limit`` ids are found. (Naming
-        # several queues in one WHERE would sort every runnable row of them.)
+        # several queues in one WHERE would sort every runnable row of them.) A capped
+        # queue's arm has its own LIMIT (parameter cap_<its parameter>).
         now_sql = self.now_sql()
+        caps = caps or {}
 
-        def one(queue: str) -> str:
+        def one(queue: str, name: str) -> str:
+            limit = f"%(cap_{name})s" if queue in caps else "%(limit)s"
             return (
-                f"SELECT id FROM {self.table} WHERE status = 'pending' AND queue = %({queue})s "
+                f"SELECT id FROM {self.table} WHERE status = 'pending' AND queue = %({name})s "
                 f"AND scheduled_at <= {now_sql} "
-                f"ORDER BY priority DESC, scheduled_at, id LIMIT %(limit)s"
+                f"ORDER BY priority DESC, scheduled_at, id LIMIT {limit}"
             )
 
+        def cap_params(params: dict[str, str]) -> dict[str, Any]:
+            return {f"cap_{name}": caps[queue] for name, queue in params.items() if queue in caps}
+
         if len(queues) == 1:
-            return one("queue"), {"queue": queues[0]}
+            params = {"queue": queues[0]}
+            return one(queues[0], "queue"), {**params, **cap_params(params)}
         params = {f"queue_{index}": queue for index, queue in enumerate(queues[:MAX_CLAIM_QUEUES])}
-        arms = " UNION ALL ".join(f"SELECT id FROM ({one(name)})" for name in params)
-        return f"{arms} LIMIT %(limit)s", params
+        arms = " UNION ALL ".join(
+            f"SELECT id FROM ({one(queue, name)})" for name, queue in params.items()
+        )
+        return f"{arms} LIMIT %(limit)s", {**params, **cap_params(params)}
+
+    def epoch_sql(self) -> str:
+        return f"((julianday({self.now_sql()}) - 2440587.5) * 86400.0)"
+
+    def lock_queue_rows(
+        self, names: Sequence[str], *, now: datetime | None = None
+    ) -> tuple[dict[str, list[float]], float | None]:
+        # A write first: it takes SQLite's write lock (whatever the transaction mode), which
+        # every other claim of a limited queue, on any connection, then waits for.
+        in_sql, params = self.in_list_sql("name", list(names), "names")
+        sql = (
+            f"UPDATE {self.queue_table} SET recent_starts = recent_starts WHERE {in_sql} "
+            f"RETURNING name, recent_starts, {self.epoch_sql()}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {**params, "now": self.clock(now)})
+            rows = cursor.fetchall()
+        if not rows:
+            with self.connection.cursor() as cursor:
+                cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
+                return {}, float(cursor.fetchone()[0])
+        return {row[0]: read_starts(row[1]) for row in rows}, float(rows[0][2])

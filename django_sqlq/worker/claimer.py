@@ -62,6 +62,7 @@ class Claimer:
         last_claim = 0.0
         queue_may_have_more = True
         changes = ChangeWatch(worker)
+        control = worker.queue_control
         while not worker.stop_event.is_set():
             # Claim first, then write completions: the runners start on the new jobs while
             # this thread waits on the completions' statement.
@@ -69,11 +70,15 @@ class Claimer:
             idle = pool.busy == 0 and not completer.pending
             due = time.monotonic() - last_claim >= worker.poll_interval
             # (While the batches come back full, nothing else needs looking at.)
+            # The paused queues, read at most once a second (a resume is a reason to claim).
+            resumed = control.refresh()
             woke = (
                 limit > 0
                 and not queue_may_have_more
-                and ((idle and burst) or due or changes.seen())
+                and ((idle and burst) or due or resumed or changes.seen())
             )
+            if woke:
+                resumed = control.refresh(woke=True)
             coming_due = time.monotonic() >= staging.due_at
             if limit > 0 and (queue_may_have_more or woke or coming_due):
                 try:
@@ -88,8 +93,10 @@ class Claimer:
                         limit=limit,
                         lease_seconds=worker.lease_seconds,
                         now=worker.now(),
-                        exclude_queues=worker.exclude_queues,
+                        exclude_queues=control.exclude,
                         turn=self.claims,
+                        caps=control.caps(),
+                        limits=control.limits,
                     )
                     self.claims += 1
                     failures = 0
@@ -99,8 +106,9 @@ class Claimer:
                     completer.flush(idle=pool.busy == 0)
                     continue
                 last_claim = time.monotonic()
-                queue_may_have_more = len(claimed) == limit
+                queue_may_have_more = len(claimed) == limit or control.full()
                 if claimed:
+                    control.claimed(job.queue for job in claimed)
                     worker.held.add(job.id for job in claimed)
                     with pool.busy_lock:
                         pool.busy += len(claimed)
@@ -164,6 +172,9 @@ class Claimer:
         summary_at = self.summary.next_at()
         if summary_at is not None:
             wait = min(wait, max(0.0, summary_at - now))
+        refresh_in = self.worker.queue_control.next_refresh_in()
+        if refresh_in is not None:
+            wait = min(wait, refresh_in)
         return min(wait, longest)
 
     def give_back_waiting(self) -> None:
@@ -194,6 +205,7 @@ class Claimer:
             pool.inbox.put_many(stale)
             return
         worker.held.discard(ids)
+        worker.queue_control.finished(job.queue for job in stale)
         with pool.busy_lock:
             pool.busy -= len(stale)
         self.jobs_claimed -= len(stale)
@@ -231,6 +243,7 @@ class Claimer:
             logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
             return
         worker.held.discard(ids)
+        worker.queue_control.finished(job.queue for job in unstarted)
         with pool.busy_lock:
             pool.busy -= len(unstarted)
         logger.info("Worker %s gave back %d unstarted job(s): %s", self.worker_id, released, ids)

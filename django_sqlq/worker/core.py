@@ -29,7 +29,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from django.db import DatabaseError, connections
@@ -48,6 +48,7 @@ from django_sqlq.worker.maintenance import (
     Tidier,
 )
 from django_sqlq.worker.pool import RunnerPool
+from django_sqlq.worker.queuecontrol import QueueControl
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 from django_sqlq.worker.staging import Stager
 from django_sqlq.worker.startup import WorkerError, check_ready, unreachable
@@ -85,6 +86,7 @@ class Worker:
         backoff: Callable[[int], float] | None = None,
         settings: Settings | None = None,
         on_ready: Callable[[Worker], None] | None = None,
+        queue_limits: Mapping[str, int] | None = None,
     ) -> None:
         conf = settings or get_settings()
         self.on_ready = on_ready
@@ -95,6 +97,14 @@ class Worker:
             None if all_queues else tuple(queues) if queues is not None else conf.QUEUES
         )
         self.exclude_queues = tuple(exclude_queues)
+        queue_limits = dict(queue_limits or {})
+        for name, most in queue_limits.items():
+            if self.queues is not None and name not in self.queues:
+                raise ValueError(
+                    f"queue_limits names {name!r}, a queue this worker does not serve"
+                )
+            if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+                raise ValueError(f"queue_limits[{name!r}] must be an integer >= 1, got {most!r}")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
@@ -127,6 +137,7 @@ class Worker:
         # The parts, each in a module of its own (see the package docstring).
         self.held = HeldJobs()
         self.controls = JobControls(self)
+        self.queue_control = QueueControl(self, queue_limits)
         self.staging = Stager(self)
         self.completer = Completer(self)
         self.pool = RunnerPool(self)
@@ -195,6 +206,7 @@ class Worker:
             with signals:
                 try:
                     self.reaper.reap()
+                    self.queue_control.start()
                     self.claimer.summary.start()
                     if self.on_ready is not None:
                         self.on_ready(self)  # sqlq_worker prints the ready line itself

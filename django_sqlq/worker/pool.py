@@ -104,6 +104,8 @@ class RunnerPool:
                     )
                     self.worker.held.discard([job.id])
                 finally:
+                    if self.worker.queue_control.counting:  # --queue NAME:N only
+                        self.worker.queue_control.finished((job.queue,))
                     with self.busy_lock:
                         self.busy -= 1
                         busy = self.busy

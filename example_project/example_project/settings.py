@@ -73,6 +73,10 @@ STATIC_URL = "static/"
 # The job queue. Every key is optional; see the reference docs for the rest.
 SQLQ = {
     "QUEUES": ["default"],
+    # The mail provider accepts at most 50 messages a second from the shop: no more than 50
+    # confirmations start in any second, however many workers run (docs: "Pausing and
+    # limiting queues"). `manage.py sqlq_queue status` shows it.
+    "QUEUE_LIMITS": {"default": {"rate": "50/s"}},
 }
 
 # Show what the worker does on the console.

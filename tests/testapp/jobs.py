@@ -146,3 +146,15 @@ def progress(payload: dict[str, Any], context: Any) -> str:
         time.sleep(0.02)
     context.set_progress(1.0, "resized 100 of 100")
     return "done"
+
+
+@handler("tests.span")
+def span(payload: dict[str, Any]) -> None:
+    """Append "+n" when it starts and "-n" when it ends (O_APPEND: one order for every
+    process), sleeping ``seconds`` between: tests replay the file to find the most jobs
+    that ever ran at once."""
+    with Path(payload["path"]).open("a") as fh:
+        fh.write(f"+{payload['n']}\n")
+    time.sleep(payload.get("seconds", 0.1))
+    with Path(payload["path"]).open("a") as fh:
+        fh.write(f"-{payload['n']}\n")

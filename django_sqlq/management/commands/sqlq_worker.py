@@ -20,6 +20,7 @@ from django.db import DatabaseError, connections
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+from django_sqlq.limits import parse_queue_option
 from django_sqlq.validation import MAX_INTERVAL_SECONDS
 from django_sqlq.worker import Worker, WorkerError, unreachable
 
@@ -78,6 +79,15 @@ def queue_name(value: str) -> str:
         return validation.check_name("queue name", value, max_length=100)
     except InvalidJobError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def queue_option(value: str) -> tuple[str, int | None]:
+    """--queue: ``NAME``, or ``NAME:N`` for at most N of this worker's threads on it."""
+    try:
+        name, most = parse_queue_option(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return queue_name(name), most
 
 
 def queue_name_list(value: str) -> list[str]:
@@ -212,9 +222,10 @@ class Command(BaseCommand):
             "--queue",
             dest="queues",
             action="append",
-            type=queue_name,
-            metavar="NAME",
-            help="A queue to serve; repeat for several (default: SQLQ['QUEUES']).",
+            type=queue_option,
+            metavar="NAME[:N]",
+            help="A queue to serve; repeat for several (default: SQLQ['QUEUES']). "
+            "NAME:N: at most N of this worker's threads on that queue at once.",
         )
         parser.add_argument(
             "--concurrency",
@@ -321,7 +332,7 @@ class Command(BaseCommand):
     def handle(  # noqa: C901 (one check per option, db_worker's spellings included)
         self,
         *,
-        queues: list[str] | None,
+        queues: list[Any] | None,
         concurrency: int,
         processes: int,
         burst: bool,
@@ -354,9 +365,9 @@ class Command(BaseCommand):
         interval = _parsed("interval", interval, interval_seconds)
         queue_names = _parsed("queue_name", queue_names, queue_name_list)
         exclude_queues = _parsed("exclude_queues", exclude_queues, queue_list)
+        queue_limits: dict[str, int] = {}
         if queues is not None:
-            names = [queues] if isinstance(queues, str) else queues
-            queues = [_parsed_one("queue", name, queue_name) for name in names]
+            queues = self._queue_options(queues, queue_limits)
         backend_name = _parsed("backend", backend_name, tasks_backend)
         if worker_id:  # "" (as None): the generated host:pid:random
             worker_id = _parsed_one("worker_id", worker_id, worker_name)
@@ -423,6 +434,8 @@ class Command(BaseCommand):
             "max_jobs": max_jobs,
             "on_ready": self._announce_ready,
         }
+        if queue_limits:
+            worker_kwargs["queue_limits"] = queue_limits
         if processes > 1:
             from django_sqlq.supervisor import Supervisor
 
@@ -448,6 +461,26 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if worker.forced:
             sys.exit(1)
+
+    def _queue_options(self, queues: Any, limits: dict[str, int]) -> list[str]:
+        """--queue values (``NAME`` or ``NAME:N``; parsed already from the command line,
+        strings from call_command) -> the names; the N of each ``NAME:N`` into ``limits``."""
+        names: list[str] = []
+        for value in [queues] if isinstance(queues, str) else queues:
+            if isinstance(value, tuple):
+                name, most = value
+            else:
+                name, most = _parsed_one("queue", value, queue_option)
+            if name in names and limits.get(name) != most:
+                raise usage_error(
+                    f"--queue: {name!r} is given twice with different limits "
+                    f"({limits.get(name) or 'none'} and {most or 'none'})."
+                )
+            if name not in names:
+                names.append(name)
+            if most is not None:
+                limits[name] = most
+        return names
 
     def _backend_queues(
         self,

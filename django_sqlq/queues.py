@@ -1,0 +1,115 @@
+"""Operator control of queues (issue 15): pause, resume, and what each queue is doing.
+
+A paused queue still takes new jobs (``enqueue()`` works as ever); no worker claims from it
+until it is resumed. Jobs already running finish. The state is a row of ``sqlq_queue``, so
+it holds across worker restarts and for every host. Workers read it at most a second after
+it changes (PostgreSQL also wakes them with a NOTIFY, as an enqueue does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from django_sqlq import validation
+from django_sqlq.conf import configured_queues, get_settings
+from django_sqlq.db import ops_for
+from django_sqlq.limits import QueueLimit
+
+__all__ = ["QueueState", "pause_queue", "queue_states", "resume_queue"]
+
+
+def _set_paused(name: str, paused: bool, database: str | None) -> bool:
+    from django_sqlq.models import Queue
+
+    validation.check_name("queue name", name, max_length=100)
+    alias = database or get_settings().DATABASE
+    with transaction.atomic(using=alias):
+        ops = ops_for(alias)
+        ops.ensure_queue_rows([name])
+        changed = (
+            Queue.objects.using(alias)
+            .filter(name=name)
+            .exclude(paused=paused)
+            .update(
+                paused=paused,
+                paused_at=timezone.now() if paused else None,
+                updated_at=timezone.now(),
+            )
+        )
+        # Workers of this queue (and those serving every queue) wake on commit and read
+        # the paused queues at once (PostgreSQL; elsewhere within a second).
+        ops.notify([name])
+    return bool(changed)
+
+
+def pause_queue(name: str, *, database: str | None = None) -> bool:
+    """Pause queue ``name``: workers on every host stop claiming its jobs within a second;
+    running jobs finish; enqueueing still works. Returns False if it was paused already.
+    Any queue name can be paused, even one with no jobs yet."""
+    return _set_paused(name, True, database)
+
+
+def resume_queue(name: str, *, database: str | None = None) -> bool:
+    """Resume queue ``name``: workers claim from it again within a second. Returns False if
+    it was not paused."""
+    return _set_paused(name, False, database)
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """One queue as ``sqlq_queue status`` and the admin show it."""
+
+    name: str
+    paused: bool = False
+    paused_at: datetime | None = None
+    pending: int = 0  # runnable now
+    scheduled: int = 0
+    running: int = 0
+    limit: QueueLimit | None = None
+
+    @property
+    def limit_display(self) -> str:
+        return self.limit.describe() if self.limit is not None else ""
+
+
+def queue_states(*, database: str | None = None) -> list[QueueState]:
+    """Every known queue: the configured ones, those with a limit, a row in ``sqlq_queue``
+    (paused or limited once) or waiting/running jobs; with counts the dashboard's bounded
+    queries give (never a read of finished rows)."""
+    from django_sqlq import dashboard
+    from django_sqlq.models import Queue
+
+    conf = get_settings()
+    alias = database or conf.DATABASE
+    rows = {row.name: row for row in Queue.objects.using(alias)}
+    known = list(dict.fromkeys([*configured_queues(), *conf.QUEUE_LIMITS, *sorted(rows)]))
+    counts = {
+        row.name: row for row in dashboard.queue_rows(alias, timezone.now(), configured=known)
+    }
+    states = []
+    for name in list(counts):
+        row = rows.get(name)
+        count = counts[name]
+        states.append(
+            QueueState(
+                name=name,
+                paused=bool(row and row.paused),
+                paused_at=row.paused_at if row else None,
+                pending=count.runnable,
+                scheduled=count.scheduled,
+                running=count.processing,
+                limit=conf.QUEUE_LIMITS.get(name),
+            )
+        )
+    return states
+
+
+def paused_names(*, database: str | None = None) -> set[str]:
+    """The paused queues' names."""
+    alias = database or get_settings().DATABASE
+    connections[alias].ensure_connection()
+    return set(ops_for(alias).paused_queues())
