@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "SQLITE_PRAGMAS": DEFAULT_SQLITE_PRAGMAS,
     "TESTING": None,
     "LISTEN_DATABASE": None,
+    "SCHEDULE": {},
 }
 
 TESTING_MODES = (None, "inline")
@@ -62,6 +63,8 @@ class Settings:
     SQLITE_PRAGMAS: Mapping[str, str | int]
     TESTING: str | None = None
     LISTEN_DATABASE: str | None = None
+    # Recurring jobs, by name: the raw entries (django_sqlq.schedules validates them).
+    SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -152,6 +155,18 @@ def _check_pragmas(pragmas: Any) -> None:
             )
 
 
+def _schedule(schedule: Any) -> dict[str, Any]:
+    """``SQLQ["SCHEDULE"]``: a dict; its entries are checked by ``django_sqlq.schedules``
+    (system check E030, and the worker at start), so that one bad entry does not stop
+    enqueue()."""
+    if not isinstance(schedule, Mapping):
+        raise ConfigurationError(
+            "SQLQ['SCHEDULE'] must be a dict of schedule name -> {'type' or 'task', 'cron', "
+            f"...}}, got {type(schedule).__name__}."
+        )
+    return dict(schedule)
+
+
 def _read(user: Any) -> Settings:
     if not isinstance(user, Mapping):
         raise ConfigurationError("settings.SQLQ must be a dict.")
@@ -195,6 +210,7 @@ def _read(user: Any) -> Settings:
         raise ConfigurationError(
             f"SQLQ['TESTING'] must be None or 'inline', got {merged['TESTING']!r}."
         )
+    schedule = _schedule(merged["SCHEDULE"])
     return Settings(
         DATABASE=merged["DATABASE"],
         QUEUES=tuple(queues),
@@ -223,4 +239,5 @@ def _read(user: Any) -> Settings:
         SQLITE_PRAGMAS=dict(pragmas),
         TESTING=merged["TESTING"],
         LISTEN_DATABASE=listen,
+        SCHEDULE=schedule,
     )

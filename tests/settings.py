@@ -107,6 +107,12 @@ SQLQ = {
     "RETRY_BACKOFF_BASE": float(os.environ.get("SQLQ_TEST_RETRY_BACKOFF_BASE", "0")),
 }
 
+if os.environ.get("SQLQ_TEST_SCHEDULE"):
+    # Worker processes of tests/test_schedules.py: the recurring jobs they run.
+    import json
+
+    SQLQ["SCHEDULE"] = json.loads(os.environ["SQLQ_TEST_SCHEDULE"])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -444,7 +444,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         try:
             worker.run(burst=burst)
-        except WorkerError as exc:
+        except (WorkerError, ConfigurationError) as exc:  # a bad schedule: named at start
             raise CommandError(str(exc)) from exc
         if worker.forced:
             sys.exit(1)
