@@ -27,7 +27,9 @@ from typing import Any, Final, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone as dj_timezone
 
 from django_sqlq import validation
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
@@ -78,10 +80,13 @@ class Schedule:
         """What it enqueues: the job type, or the task's path."""
         return self.type or self.task or ""
 
-    def next_tick(self, now: datetime) -> datetime:
-        """The first tick strictly after ``now``, in UTC."""
+    def next_tick(self, now: datetime) -> datetime | None:
+        """The first tick strictly after ``now``, in UTC (None: none in 50 years)."""
         local = now.astimezone(self.tz)
-        return next(CronSim(self.cron, local)).astimezone(UTC)
+        try:
+            return next(CronSim(self.cron, local)).astimezone(UTC)
+        except StopIteration:
+            return None
 
     def latest_tick(self, now: datetime) -> datetime | None:
         """The last tick at or before ``now``, in UTC (None: none in 50 years)."""
@@ -349,13 +354,14 @@ def enqueue_tick(schedule: Schedule, tick: datetime, *, database: str) -> int | 
     from django_sqlq.models import ScheduleTick
 
     ticks = ScheduleTick.objects.using(database)
+    stored = to_db(tick)
     # Read outside the transaction: on SQLite a transaction that reads first and then
     # writes cannot wait for the write lock (it fails with "database is locked").
-    if ticks.filter(name=schedule.name, tick_at=tick).exists():
+    if ticks.filter(name=schedule.name, tick_at=stored).exists():
         return None
     try:
         with transaction.atomic(using=database):
-            row = ticks.create(name=schedule.name, tick_at=tick)
+            row = ticks.create(name=schedule.name, tick_at=stored)
             job_id = enqueue_job(schedule, run_at=tick, database=database)
             row.job_id = job_id
             row.save(update_fields=["job_id"])
@@ -419,13 +425,24 @@ def last_ticks(names: list[str], *, database: str) -> dict[str, datetime]:
         .annotate(last=Max("tick_at"))
         .values_list("name", "last")
     )
-    return dict(rows)
+    return {name: from_db(last) for name, last in rows}
+
+
+def to_db(moment: datetime) -> datetime:
+    """An aware time as Django stores it: as it is under USE_TZ, else naive in TIME_ZONE."""
+    return moment if settings.USE_TZ else dj_timezone.make_naive(moment)
+
+
+def from_db(moment: datetime) -> datetime:
+    """A stored time, aware (naive ones are in TIME_ZONE, as Django wrote them)."""
+    return moment if dj_timezone.is_aware(moment) else dj_timezone.make_aware(moment)
 
 
 def describe(schedule: Schedule, now: datetime) -> str:
     """One line for the worker's start: name, cron, time zone, next run."""
+    upcoming = schedule.next_tick(now)
     return (
         f"Schedule {schedule.name}: {schedule.target} cron={schedule.cron!r} "
         f"tz={schedule.timezone} missed={schedule.missed} "
-        f"next={schedule.next_tick(now).isoformat()}"
+        f"next={upcoming.isoformat() if upcoming is not None else 'never'}"
     )

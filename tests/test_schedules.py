@@ -401,3 +401,46 @@ def test_three_worker_processes_after_downtime_run_one_catch_up(
     _stop(workers)
     assert Job.objects.count() == 1
     assert ScheduleTick.objects.count() == 2
+
+
+@db
+def test_a_schedule_that_cannot_enqueue_does_not_stop_the_others(
+    with_schedule: Callable[[dict[str, Any]], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    with_schedule(
+        {
+            "too-big": {"type": "tests.noop", "cron": "* * * * *", "payload": {"x": "y" * 500}},
+            "fine": {"type": "tests.noop", "cron": "* * * * *"},
+        }
+    )
+    clock = Clock(at("2026-01-10 00:00:30"))
+    worker = scheduler_at(clock)
+    worker.scheduler.enqueue_due()
+    clock.now = at("2026-01-10 00:01:00")
+    with override_settings(SQLQ={**settings.SQLQ, "SCHEDULE": settings.SQLQ["SCHEDULE"],
+                                 "MAX_PAYLOAD_BYTES": 100}):  # fmt: skip
+        won = worker.scheduler.enqueue_due()
+    assert [name for name, _, _ in won] == ["fine"]
+    assert "schedule too-big: cannot enqueue the tick of 2026-01-10T00:01:00+00:00" in caplog.text
+    assert list(ScheduleTick.objects.values_list("name", flat=True)) == ["fine"]  # retried later
+
+
+@db
+def test_a_worker_on_naive_local_time_enqueues_ticks_once(
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    env = {
+        "SQLQ_TEST_SCHEDULE": json.dumps(
+            {"every-second": {"type": "tests.noop", "cron": "* * * * * *"}}
+        ),
+        "SQLQ_TEST_LOCAL_TIME_ZONE": "America/New_York",
+    }
+    workers = [spawn_worker("--worker-id", f"naive-{n}", env=env) for n in range(2)]
+    for worker in workers:
+        worker.wait_ready()
+    wait_for(lambda: ScheduleTick.objects.count() >= 3, timeout=30)
+    _stop(workers)
+    ticks = list(ScheduleTick.objects.values_list("tick_at", flat=True))
+    assert len(set(ticks)) == len(ticks) == Job.objects.filter(type="tests.noop").count()
+    for worker in workers:
+        assert "Traceback" not in worker.output()

@@ -10,14 +10,14 @@ database error it logs, resets its connection and tries again after RETRY_SECOND
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 from django.utils import timezone
 
 from django_sqlq import schedules
-from django_sqlq.exceptions import ConfigurationError
+from django_sqlq.exceptions import SQLQError
 from django_sqlq.worker.maintenance.service import PeriodicService
 from django_sqlq.worker.retry import reset_connection
 
@@ -44,7 +44,11 @@ class Scheduler(PeriodicService):
         self.active = True  # False for a --burst worker: no ticks
 
     def now(self) -> datetime:
-        return self.worker.clock() if self.worker.clock is not None else timezone.now()
+        """This host's clock (or the worker's injected one), aware: ticks are instants."""
+        if self.worker.clock is None:
+            return datetime.now(UTC)
+        now = self.worker.clock()
+        return now if timezone.is_aware(now) else timezone.make_aware(now)
 
     def prepare(self, *, active: bool = True) -> None:
         """Load and check the declared schedules (once the apps' jobs.py are imported) and
@@ -81,9 +85,9 @@ class Scheduler(PeriodicService):
                 )
                 reset_connection(self.worker.database)
                 wait = RETRY_SECONDS
-            except ConfigurationError as exc:  # e.g. a @task no longer a task
-                logger.error("Worker %s: %s", self.worker.worker_id, exc)
-                wait = MAX_SLEEP
+            except Exception:  # a bug must not end recurring jobs on this worker
+                logger.exception("Worker %s: the scheduler failed", self.worker.worker_id)
+                wait = RETRY_SECONDS
             self.stopping.wait(wait)
 
     def enqueue_due(self, now: datetime | None = None) -> list[tuple[str, datetime, int]]:
@@ -103,7 +107,19 @@ class Scheduler(PeriodicService):
             )
             if tick is None:
                 continue
-            job_id = schedules.enqueue_tick(schedule, tick, database=database)
+            try:
+                job_id = schedules.enqueue_tick(schedule, tick, database=database)
+            except (SQLQError, ValueError, TypeError) as exc:
+                # This schedule's job cannot be enqueued (its payload grew past
+                # MAX_PAYLOAD_BYTES, its @task was removed...): say so, serve the others.
+                logger.error(
+                    "Worker %s: schedule %s: cannot enqueue the tick of %s: %s",
+                    self.worker.worker_id,
+                    schedule.name,
+                    tick.isoformat(),
+                    exc,
+                )
+                continue
             if job_id is None:
                 continue
             self.enqueued += 1
@@ -124,7 +140,8 @@ class Scheduler(PeriodicService):
     def seconds_to_next(self, now: datetime | None = None) -> float:
         """Seconds until the next tick of any schedule (at most MAX_SLEEP)."""
         now = now or self.now()
-        soonest = min((s.next_tick(now) for s in self.schedules.values()), default=None)
+        ticks = [s.next_tick(now) for s in self.schedules.values()]
+        soonest = min((tick for tick in ticks if tick is not None), default=None)
         if soonest is None:
             return MAX_SLEEP
         return max(MIN_SLEEP, min(MAX_SLEEP, (soonest - now).total_seconds()))
