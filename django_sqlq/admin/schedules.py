@@ -21,6 +21,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext
 
 from django_sqlq import schedules
@@ -42,6 +43,13 @@ class ScheduleRow:
     job: Job | None  # the last tick's job; None when it had none or it was pruned
     job_id: int | None
     job_url: str | None
+
+    @property
+    def next_local(self) -> str:
+        """The next run in the schedule's own time zone (the page shows the site's too)."""
+        if self.next_tick is None:
+            return ""
+        return self.next_tick.astimezone(self.schedule.tz).strftime("%Y-%m-%d %H:%M %Z")
 
 
 def rows(site_name: str, now: datetime) -> list[ScheduleRow]:
@@ -176,10 +184,15 @@ class ScheduleAdmin(TickModelAdmin):
                 messages.ERROR,
             )
             return HttpResponseRedirect(back)
+        job_url = reverse(
+            f"{self.admin_site.name}:django_sqlq_job_change",
+            args=[job_id],
+            current_app=self.admin_site.name,
+        )
+        link = format_html('<a href="{}" class="sqlq-run-now-job">job {}</a>', job_url, job_id)
         self.message_user(
             request,
-            gettext("Enqueued job %(id)d for %(name)s, to run now.")
-            % {"id": job_id, "name": name},
+            format_html(gettext("Enqueued {job} for {name}, to run now."), job=link, name=name),
             messages.SUCCESS,
         )
         return HttpResponseRedirect(back)
