@@ -444,5 +444,5 @@ def describe(schedule: Schedule, now: datetime) -> str:
     return (
         f"Schedule {schedule.name}: {schedule.target} cron={schedule.cron!r} "
         f"tz={schedule.timezone} missed={schedule.missed} "
-        f"next={upcoming.isoformat() if upcoming is not None else 'never'}"
+        f"next={upcoming.astimezone(schedule.tz).isoformat() if upcoming else 'never'}"
     )

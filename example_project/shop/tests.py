@@ -68,3 +68,24 @@ class InlineModeTests(TestCase):
     def test_sample_orders_are_confirmed_at_once(self):
         call_command("shop_sample_orders", 3, stdout=StringIO())
         self.assertEqual(Order.objects.filter(confirmation_sent_at__isnull=False).count(), 3)
+
+
+class NightlyReportTests(TestCase):
+    def test_the_nightly_report_is_a_valid_schedule_and_runs(self):
+        from django_sqlq import schedules
+
+        schedule = schedules.load()["nightly-sales-report"]
+        self.assertEqual((schedule.cron, schedule.timezone), ("0 3 * * *", "Europe/Paris"))
+        schedules.check_targets({"nightly-sales-report": schedule})  # its handler exists
+        Order.objects.create(**ORDER)
+        enqueue(schedule.type, schedule.payload)
+        outcome = run_jobs()
+        self.assertEqual(outcome.completed, 1)
+
+    def test_the_admin_lists_it(self):
+        from django.contrib.auth.models import User
+
+        self.client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+        page = self.client.get("/admin/django_sqlq/scheduletick/")
+        self.assertContains(page, "nightly-sales-report")
+        self.assertContains(page, "Europe/Paris")
