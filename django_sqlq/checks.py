@@ -9,11 +9,11 @@
   models there.
 - E011: ``SQLQ["DATABASE"]`` is not ``"default"`` and the routers do not migrate django_sqlq
   there, and only there.
-- E030: a recurring job (``SQLQ["SCHEDULE"]``, ``@handler(cron=...)``, ``@recurring``) is
-  invalid: bad cron expression, unknown time zone or policy, duplicate name...
 - E020: ``SQLQ["LISTEN_DATABASE"]`` names no configured database.
 - E021: ``SQLQ["LISTEN_DATABASE"]`` is set but it or the queue database is not PostgreSQL.
 - E022: ``SQLQ["LISTEN_DATABASE"]`` reaches another database than ``SQLQ["DATABASE"]``.
+- E030: a recurring job (``SQLQ["SCHEDULE"]``, ``@handler(cron=...)``, ``@recurring``) is
+  invalid: bad cron expression, unknown time zone or policy, duplicate name...
 """
 
 from __future__ import annotations
