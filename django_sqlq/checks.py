@@ -83,8 +83,11 @@ def check_settings(
 
 
 def _check_schedules() -> list[CheckMessage]:
-    from django_sqlq import schedules
+    from django_sqlq import registry, schedules
 
+    # The apps' jobs.py, as the worker imports them: their @handler(cron=...) schedules
+    # count for duplicate names.
+    registry.autodiscover()
     try:
         schedules.load()
     except ConfigurationError as exc:

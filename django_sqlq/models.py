@@ -320,6 +320,9 @@ class ScheduleTick(models.Model):
     tick_at = models.DateTimeField()
     job_id = models.BigIntegerField(null=True, blank=True)
     enqueued_at = models.DateTimeField(db_default=Now())
+    # The schedule's cron and time zone when this tick ran: a schedule whose definition
+    # changed since its last tick is new, and its missed ticks are not caught up.
+    spec = models.CharField(max_length=300, blank=True, default="")
 
     objects = QueueDatabaseManager()
 

@@ -76,6 +76,11 @@ class Schedule:
         return ZoneInfo(self.timezone)
 
     @property
+    def spec(self) -> str:
+        """What decides its ticks (stored with each tick): the cron and the time zone."""
+        return f"{self.cron} @ {self.timezone}"
+
+    @property
     def target(self) -> str:
         """What it enqueues: the job type, or the task's path."""
         return self.type or self.task or ""
@@ -325,7 +330,7 @@ def _task(path: str) -> Any:
 
 
 def due_tick(
-    schedule: Schedule, *, now: datetime, last: datetime | None, watching_since: datetime
+    schedule: Schedule, *, now: datetime, last: LastTick | None, watching_since: datetime
 ) -> datetime | None:
     """The tick to enqueue now, or None. Only ever the latest tick at or before ``now``
     (never a burst of catch-ups):
@@ -334,15 +339,16 @@ def due_tick(
       older) and it fell while this worker was watching (at or after ``watching_since``);
     - a tick that fell before this worker was watching and that no worker recorded was
       missed (every worker was down): ``run_once`` enqueues it (once: the tick row decides),
-      ``skip`` does not. A schedule with no recorded tick at all was never seen: nothing
-      from before ``watching_since`` runs, whatever the policy.
+      ``skip`` does not. A schedule with no recorded tick at all was never seen (nor one
+      whose cron or time zone changed since its last tick): nothing from before
+      ``watching_since`` runs, whatever the policy.
     """
     latest = schedule.latest_tick(now)
-    if latest is None or (last is not None and latest <= last):
+    if latest is None or (last is not None and latest <= last.tick_at):
         return None
     if latest >= watching_since:
         return latest
-    if last is None or schedule.missed == SKIP:
+    if last is None or last.spec != schedule.spec or schedule.missed == SKIP:
         return None
     return latest
 
@@ -361,7 +367,7 @@ def enqueue_tick(schedule: Schedule, tick: datetime, *, database: str) -> int | 
         return None
     try:
         with transaction.atomic(using=database):
-            row = ticks.create(name=schedule.name, tick_at=stored)
+            row = ticks.create(name=schedule.name, tick_at=stored, spec=schedule.spec)
             job_id = enqueue_job(schedule, run_at=tick, database=database)
             row.job_id = job_id
             row.save(update_fields=["job_id"])
@@ -412,20 +418,30 @@ def enqueue_job(schedule: Schedule, *, run_at: datetime | None, database: str) -
     return int(Job.objects.using(database).values_list("pk", flat=True).get(uuid=result.id))
 
 
-def last_ticks(names: list[str], *, database: str) -> dict[str, datetime]:
-    """The newest recorded tick of each schedule that has one."""
-    from django.db.models import Max
+@dataclass(frozen=True)
+class LastTick:
+    """A schedule's newest recorded tick, and the ``spec`` it ran under."""
 
+    tick_at: datetime
+    spec: str
+
+
+def last_ticks(names: list[str], *, database: str) -> dict[str, LastTick]:
+    """The newest recorded tick of each schedule that has one (one query over at most about
+    KEEP_TICKS rows per schedule)."""
     from django_sqlq.models import ScheduleTick
 
     rows = (
         ScheduleTick.objects.using(database)
         .filter(name__in=names)
-        .values("name")
-        .annotate(last=Max("tick_at"))
-        .values_list("name", "last")
+        .order_by("-tick_at")
+        .values_list("name", "tick_at", "spec")
     )
-    return {name: from_db(last) for name, last in rows}
+    found: dict[str, LastTick] = {}
+    for name, tick_at, spec in rows:
+        if name not in found:
+            found[name] = LastTick(from_db(tick_at), spec)
+    return found
 
 
 def to_db(moment: datetime) -> datetime:

@@ -125,9 +125,12 @@ def test_a_broken_schedule_is_shown_not_a_500(login: Any) -> None:
     assert "SQLQ[&#x27;SCHEDULE&#x27;][&#x27;bad&#x27;]" in page.content.decode()
 
 
-def test_declared_schedules_include_the_decorators() -> None:
+def test_the_page_lists_the_decorators_schedules_too(login: Any) -> None:
     schedules.declare(schedules.from_decorator("tests.add", "*/5 * * * *", source="@handler"))
     try:
         assert set(schedules.load()) == {"nightly-report", "hourly", "tests.add"}
+        page = login("view_job").get(reverse(LIST)).content.decode()
+        assert 'data-schedule="tests.add"' in page
+        assert "*/5 * * * *" in page
     finally:
         schedules.undeclare("tests.add")

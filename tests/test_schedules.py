@@ -20,7 +20,7 @@ from django.test import override_settings
 from django_sqlq import registry, schedules
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, ScheduleTick
-from django_sqlq.schedules import Schedule, due_tick
+from django_sqlq.schedules import LastTick, Schedule, due_tick
 from django_sqlq.worker import Worker
 from tests.conftest import WorkerProcess, run_burst, wait_for
 
@@ -171,12 +171,16 @@ def test_due_tick_rules() -> None:
     # schedule with no history, whatever the policy.
     assert due_tick(DAILY, now=now, last=None, watching_since=now) is None
     # Downtime: yesterday's tick recorded, today's 03:00 missed: run_once runs it, skip not.
-    yesterday = at("2026-01-09 03:00")
+    yesterday = LastTick(at("2026-01-09 03:00"), DAILY.spec)
     assert due_tick(DAILY, now=now, last=yesterday, watching_since=now) == at("2026-01-10 03:00")
     assert due_tick(DAILY_SKIP, now=now, last=yesterday, watching_since=now) is None
     # Several days down: still only the latest tick, once.
-    old = at("2025-12-01 03:00")
+    old = LastTick(at("2025-12-01 03:00"), DAILY.spec)
     assert due_tick(DAILY, now=now, last=old, watching_since=now) == at("2026-01-10 03:00")
+    # The cron (or time zone) changed since the last tick (a deploy): a new schedule, no
+    # catch-up of a tick the new definition "missed".
+    changed = LastTick(at("2026-01-09 04:00"), "0 4 * * * @ UTC")
+    assert due_tick(DAILY, now=now, last=changed, watching_since=now) is None
     # On time: a tick that fell while watching runs under both policies.
     since = at("2026-01-10 02:00")
     for schedule in (DAILY, DAILY_SKIP):
@@ -184,7 +188,8 @@ def test_due_tick_rules() -> None:
             "2026-01-10 03:00"
         )
     # Already recorded (by any worker): nothing.
-    assert due_tick(DAILY, now=now, last=at("2026-01-10 03:00"), watching_since=since) is None
+    done = LastTick(at("2026-01-10 03:00"), DAILY.spec)
+    assert due_tick(DAILY, now=now, last=done, watching_since=since) is None
 
 
 def test_next_and_latest_tick_use_the_time_zone() -> None:
@@ -228,7 +233,8 @@ def test_missed_ticks_after_downtime(
     with_schedule: Callable[[dict[str, Any]], None], missed: str, expected: int
 ) -> None:
     with_schedule({"nightly": {**NIGHTLY["nightly"], "missed": missed}})
-    ScheduleTick.objects.create(name="nightly", tick_at=at("2026-01-01 03:00"))  # then down
+    spec = "0 3 * * * @ UTC"
+    ScheduleTick.objects.create(name="nightly", tick_at=at("2026-01-01 03:00"), spec=spec)
     clock = Clock(at("2026-01-10 10:00"))  # nine days later
     workers = [scheduler_at(clock) for _ in range(3)]
     for worker in workers:
@@ -390,7 +396,9 @@ def test_three_worker_processes_enqueue_each_tick_once(
 def test_three_worker_processes_after_downtime_run_one_catch_up(
     spawn_worker: Callable[..., WorkerProcess],
 ) -> None:
-    ScheduleTick.objects.create(name="nightly", tick_at=datetime.now(UTC) - timedelta(days=3))
+    ScheduleTick.objects.create(
+        name="nightly", tick_at=datetime.now(UTC) - timedelta(days=3), spec="0 3 * * * @ UTC"
+    )
     env = {
         "SQLQ_TEST_SCHEDULE": json.dumps({"nightly": {"type": "tests.noop", "cron": "0 3 * * *"}})
     }

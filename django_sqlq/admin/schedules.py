@@ -24,7 +24,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext
 
-from django_sqlq import schedules
+from django_sqlq import registry, schedules
 from django_sqlq.admin.display import admin_links, queue_alias
 from django_sqlq.exceptions import ConfigurationError, SQLQError
 from django_sqlq.models import Job, ScheduleTick
@@ -54,6 +54,7 @@ class ScheduleRow:
 
 def rows(site_name: str, now: datetime) -> list[ScheduleRow]:
     """Every declared schedule, with its last tick's job (two queries)."""
+    registry.autodiscover()  # the apps' jobs.py: their @handler(cron=...) schedules
     declared = schedules.load()
     alias = queue_alias()
     latest: dict[str, ScheduleTick] = {}
