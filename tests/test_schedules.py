@@ -452,3 +452,20 @@ def test_a_worker_on_naive_local_time_enqueues_ticks_once(
     assert len(set(ticks)) == len(ticks) == Job.objects.filter(type="tests.noop").count()
     for worker in workers:
         assert "Traceback" not in worker.output()
+
+
+@db
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_sqlq_worker_refuses_to_start_on_a_bad_schedule(
+    spawn_worker: Callable[..., WorkerProcess], processes: str
+) -> None:
+    env = {
+        "SQLQ_TEST_SCHEDULE": json.dumps({"ghost": {"type": "tests.nope", "cron": "0 3 * * *"}})
+    }
+    worker = spawn_worker("--processes", processes, env=env)
+    assert worker.wait() != 0
+    output = worker.output()
+    assert (
+        "SQLQ['SCHEDULE']['ghost']: No handler is registered for job type 'tests.nope'" in output
+    )
+    assert "Traceback" not in output

@@ -430,6 +430,7 @@ class Command(BaseCommand):
             # unmigrated is one clear line, not N children crash-looping.
             try:
                 Worker(**worker_kwargs)._check_ready()
+                self._check_schedules()  # so is a bad recurring job
             except (WorkerError, ConfigurationError) as exc:
                 raise CommandError(str(exc)) from exc
             finally:
@@ -448,6 +449,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if worker.forced:
             sys.exit(1)
+
+    def _check_schedules(self) -> None:
+        from django_sqlq import registry, schedules
+
+        registry.autodiscover()
+        schedules.check_targets(schedules.load())
 
     def _backend_queues(
         self,
