@@ -371,22 +371,21 @@ def enqueue_tick(schedule: Schedule, tick: datetime, *, database: str) -> int | 
             job_id = enqueue_job(schedule, run_at=tick, database=database)
             row.job_id = job_id
             row.save(update_fields=["job_id"])
+            trim(schedule.name, database=database)  # in the same commit: one fsync
     except IntegrityError:
         return None  # another worker wrote this tick first (its transaction decided)
-    trim(schedule.name, database=database)
     return job_id
 
 
 def trim(name: str, *, database: str) -> int:
-    """Delete the tick rows of ``name`` older than its KEEP_TICKS newest."""
+    """Delete the tick rows of ``name`` older than its KEEP_TICKS newest (one statement)."""
+    from django.db.models import Subquery
+
     from django_sqlq.models import ScheduleTick
 
     ticks = ScheduleTick.objects.using(database).filter(name=name)
-    cutoff = ticks.order_by("-tick_at").values_list("tick_at", flat=True)[KEEP_TICKS - 1 :][:1]
-    oldest_kept = list(cutoff)
-    if not oldest_kept:
-        return 0
-    deleted, _ = ticks.filter(tick_at__lt=oldest_kept[0]).delete()
+    oldest_kept = ticks.order_by("-tick_at").values("tick_at")[KEEP_TICKS - 1 : KEEP_TICKS]
+    deleted, _ = ticks.filter(tick_at__lt=Subquery(oldest_kept)).delete()
     return deleted
 
 
