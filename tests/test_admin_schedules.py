@@ -134,3 +134,12 @@ def test_the_page_lists_the_decorators_schedules_too(login: Any) -> None:
         assert "*/5 * * * *" in page
     finally:
         schedules.undeclare("tests.add")
+
+
+def test_names_and_types_are_escaped(login: Any) -> None:
+    hostile = {"<script>alert(1)</script>": {"type": "<img src=x>", "cron": "0 3 * * *"}}
+    with override_settings(SQLQ={**settings.SQLQ, "SCHEDULE": hostile}):
+        page = login("view_job", "change_job").get(reverse(LIST)).content.decode()
+    assert "<script>alert(1)</script>" not in page
+    assert "<img src=x>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
