@@ -469,3 +469,34 @@ def test_sqlq_worker_refuses_to_start_on_a_bad_schedule(
         "SQLQ['SCHEDULE']['ghost']: No handler is registered for job type 'tests.nope'" in output
     )
     assert "Traceback" not in output
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_ticks_and_jobs_share_the_queue_database(
+    with_schedule: Callable[[dict[str, Any]], None],
+) -> None:
+    with_schedule(NIGHTLY)
+    with override_settings(SQLQ={**settings.SQLQ, "DATABASE": "other"}):
+        clock = Clock(at("2026-01-10 02:59:30"))
+        worker = scheduler_at(clock)
+        worker.scheduler.enqueue_due()
+        clock.now = at("2026-01-10 03:00:00")
+        assert len(worker.scheduler.enqueue_due()) == 1
+        assert Job.objects.using("other").count() == 1
+        assert ScheduleTick.objects.using("other").count() == 1
+    assert not Job.objects.using("default").exists()
+    assert not ScheduleTick.objects.using("default").exists()
+
+
+def test_the_scheduler_sleeps_until_the_next_tick_at_most_a_minute(
+    with_schedule: Callable[[dict[str, Any]], None],
+) -> None:
+    from django_sqlq.worker.maintenance.scheduler import MAX_SLEEP
+
+    with_schedule(NIGHTLY)
+    clock = Clock(at("2026-01-10 02:59:58.5"))
+    worker = Worker(clock=clock)
+    worker.scheduler.schedules = schedules.load()
+    assert worker.scheduler.seconds_to_next() == 1.5
+    clock.now = at("2026-01-10 03:00:00")
+    assert worker.scheduler.seconds_to_next() == MAX_SLEEP  # next: tomorrow, re-checked

@@ -98,7 +98,9 @@ class Scheduler(PeriodicService):
             self.watching_since = now
         if not self.schedules:
             return []
-        database = self.worker.database
+        # Where enqueue() writes jobs (SQLQ["DATABASE"]): the tick row must share the job's
+        # transaction, whatever --database this worker serves.
+        database = self.worker.conf.DATABASE
         last = schedules.last_ticks(list(self.schedules), database=database)
         won = []
         for schedule in self.schedules.values():
