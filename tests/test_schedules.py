@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from cronsim import CronSim
 from django.conf import settings
-from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_sqlq import registry, schedules
+from django_sqlq.checks import check_settings
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, ScheduleTick
 from django_sqlq.schedules import LastTick, Schedule, due_tick
@@ -90,14 +90,14 @@ def test_bad_entries_are_named_in_the_error(
     with pytest.raises(ConfigurationError, match="broken-one") as info:
         schedules.load()
     assert message in str(info.value)
-    errors = [m for m in run_checks() if m.id == "django_sqlq.E030"]
+    errors = [m for m in check_settings() if m.id == "django_sqlq.E030"]
     assert len(errors) == 1
     assert "broken-one" in errors[0].msg
 
 
 def test_schedule_setting_must_be_a_dict(with_schedule: Callable[[dict[str, Any]], None]) -> None:
     with_schedule(["nightly"])  # type: ignore[arg-type]
-    assert [m.id for m in run_checks() if str(m.id).startswith("django_sqlq.E")] == [
+    assert [m.id for m in check_settings() if str(m.id).startswith("django_sqlq.E")] == [
         "django_sqlq.E001"
     ]
 
@@ -106,7 +106,7 @@ def test_a_good_schedule_passes_the_checks(
     with_schedule: Callable[[dict[str, Any]], None],
 ) -> None:
     with_schedule(NIGHTLY)
-    assert not [m for m in run_checks() if m.id == "django_sqlq.E030"]
+    assert not [m for m in check_settings() if m.id == "django_sqlq.E030"]
     assert schedules.load()["nightly"].cron == "0 3 * * *"
 
 
