@@ -12,6 +12,8 @@
 - E020: ``SQLQ["LISTEN_DATABASE"]`` names no configured database.
 - E021: ``SQLQ["LISTEN_DATABASE"]`` is set but it or the queue database is not PostgreSQL.
 - E022: ``SQLQ["LISTEN_DATABASE"]`` reaches another database than ``SQLQ["DATABASE"]``.
+- E030: a recurring job (``SQLQ["SCHEDULE"]``, ``@handler(cron=...)``, ``@recurring``) is
+  invalid: bad cron expression, unknown time zone or policy, duplicate name...
 """
 
 from __future__ import annotations
@@ -76,7 +78,27 @@ def check_settings(
         )
     messages.extend(_check_routing(conf.DATABASE))
     messages.extend(_check_listen_alias(conf.DATABASE, conf.LISTEN_DATABASE))
+    messages.extend(_check_schedules())
     return messages
+
+
+def _check_schedules() -> list[CheckMessage]:
+    from django_sqlq import registry, schedules
+
+    # The apps' jobs.py, as the worker imports them: their @handler(cron=...) schedules
+    # count for duplicate names.
+    registry.autodiscover()
+    try:
+        schedules.load()
+    except ConfigurationError as exc:
+        return [
+            Error(
+                str(exc),
+                hint="See docs/howto/recurring-jobs.md and the SCHEDULE setting's reference.",
+                id="django_sqlq.E030",
+            )
+        ]
+    return []
 
 
 def _check_listen_alias(queue_alias: str, listen_alias: str | None) -> list[CheckMessage]:

@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "TESTING": None,
     "LISTEN_DATABASE": None,
     "QUEUE_LIMITS": {},
+    "SCHEDULE": {},
 }
 
 TESTING_MODES = (None, "inline")
@@ -66,6 +67,8 @@ class Settings:
     LISTEN_DATABASE: str | None = None
     #: Global per-queue limits (``SQLQ["QUEUE_LIMITS"]``, parsed): queue -> QueueLimit.
     QUEUE_LIMITS: Mapping[str, QueueLimit] = field(default_factory=dict)
+    # Recurring jobs, by name: the raw entries (django_sqlq.schedules validates them).
+    SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -156,6 +159,18 @@ def _check_pragmas(pragmas: Any) -> None:
             )
 
 
+def _schedule(schedule: Any) -> dict[str, Any]:
+    """``SQLQ["SCHEDULE"]``: a dict; its entries are checked by ``django_sqlq.schedules``
+    (system check E030, and the worker at start), so that one bad entry does not stop
+    enqueue()."""
+    if not isinstance(schedule, Mapping):
+        raise ConfigurationError(
+            "SQLQ['SCHEDULE'] must be a dict of schedule name -> {'type' or 'task', 'cron', "
+            f"...}}, got {type(schedule).__name__}."
+        )
+    return dict(schedule)
+
+
 def _read(user: Any) -> Settings:
     if not isinstance(user, Mapping):
         raise ConfigurationError("settings.SQLQ must be a dict.")
@@ -199,6 +214,7 @@ def _read(user: Any) -> Settings:
         raise ConfigurationError(
             f"SQLQ['TESTING'] must be None or 'inline', got {merged['TESTING']!r}."
         )
+    schedule = _schedule(merged["SCHEDULE"])
     return Settings(
         DATABASE=merged["DATABASE"],
         QUEUES=tuple(queues),
@@ -228,4 +244,5 @@ def _read(user: Any) -> Settings:
         TESTING=merged["TESTING"],
         LISTEN_DATABASE=listen,
         QUEUE_LIMITS=parse_queue_limits(merged["QUEUE_LIMITS"]),
+        SCHEDULE=schedule,
     )

@@ -356,3 +356,35 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ScheduleTick(models.Model):
+    """A tick of a recurring job that a worker enqueued (see ``django_sqlq.schedules``).
+
+    The unique constraint on (name, tick_at) is what makes each tick enqueued once: every
+    worker that finds the tick due tries to insert this row, in the same transaction as the
+    job, and only one insert can win. ``job_id`` is a plain column, not a foreign key: the
+    job may be pruned long before this row, which must outlive it (it is what tells the
+    workers the tick was done). The worker keeps the newest few rows per schedule."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200)
+    tick_at = models.DateTimeField()
+    job_id = models.BigIntegerField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(db_default=Now())
+    # The schedule's cron and time zone when this tick ran: a schedule whose definition
+    # changed since its last tick is new, and its missed ticks are not caught up.
+    spec = models.CharField(max_length=300, blank=True, default="")
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "sqlq_schedule_tick"
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
+        constraints = [
+            models.UniqueConstraint(fields=["name", "tick_at"], name="sqlq_schedule_tick_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.tick_at.isoformat()}"

@@ -12,7 +12,7 @@ import importlib
 import inspect
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -135,24 +135,41 @@ def register(
 def handler(name: F) -> F: ...
 @overload
 def handler(
-    name: str | None = None, *, timeout: float | None = None, takes_context: bool = False
+    name: str | None = None,
+    *,
+    timeout: float | None = None,
+    takes_context: bool = False,
+    cron: str | Mapping[str, Any] | None = None,
 ) -> Callable[[F], F]: ...
 
 
-def handler(name: Any = None, *, timeout: float | None = None, takes_context: bool = False) -> Any:
+def handler(
+    name: Any = None,
+    *,
+    timeout: float | None = None,
+    takes_context: bool = False,
+    cron: str | Mapping[str, Any] | None = None,
+) -> Any:
     """Register a job handler.
 
     ``@handler("send_email")`` names it; ``@handler()`` (or bare ``@handler``) names it by its
     dotted path. ``timeout`` (seconds) is the default per-job time limit for this type.
     ``takes_context=True`` passes a :class:`JobContext` (job id, attempt...) after the
-    payload. The function is returned unchanged.
+    payload. ``cron``: also run it on a schedule (a recurring job named after the job type):
+    a cron expression, or a dict with ``cron`` and the other keys of a ``SQLQ["SCHEDULE"]``
+    entry (``name``, ``payload``, ``queue``, ``priority``, ``timezone``, ``missed``). A bad
+    expression raises ConfigurationError here. The function is returned unchanged.
     """
     if callable(name):
         register(name)
         return name
 
     def decorator(func: F) -> F:
-        register(func, name, timeout=timeout, takes_context=takes_context)
+        spec = register(func, name, timeout=timeout, takes_context=takes_context)
+        if cron is not None:
+            from django_sqlq import schedules
+
+            schedules.declare(schedules.from_decorator(spec.name, cron, source="@handler"))
         return func
 
     return decorator

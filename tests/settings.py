@@ -110,6 +110,12 @@ SQLQ = {
     "QUEUE_LIMITS": json.loads(os.environ.get("SQLQ_TEST_QUEUE_LIMITS", "{}")),
 }
 
+if os.environ.get("SQLQ_TEST_SCHEDULE"):
+    # Worker processes of tests/test_schedules.py: the recurring jobs they run.
+    import json
+
+    SQLQ["SCHEDULE"] = json.loads(os.environ["SQLQ_TEST_SCHEDULE"])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -244,3 +244,39 @@ def test_the_job_list_shows_every_column_at_1400_px(
         cut = [name for name, right in edges if right > width + 1]
         assert not cut, (path, width, overflow, edges)
         assert overflow <= 0, (path, width, overflow, edges)
+
+
+def test_an_operator_sees_the_schedules_and_runs_one_now(
+    live_server: Any, page: Any, shots: Path, operator: tuple[str, str]
+) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+    from playwright.sync_api import expect
+
+    schedule = {
+        "nightly-report": {
+            "type": "tests.echo",
+            "cron": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "payload": {"report": "sales"},
+        }
+    }
+    with override_settings(SQLQ={**settings.SQLQ, "SCHEDULE": schedule}):
+        page.goto(f"{live_server.url}/admin/")
+        page.fill("#id_username", operator[0])
+        page.fill("#id_password", operator[1])
+        page.click("input[type=submit]")
+        page.locator('a[href$="/admin/django_sqlq/scheduletick/"]').first.click()
+        row = page.locator('tr.sqlq-schedule[data-schedule="nightly-report"]')
+        expect(row).to_contain_text("0 3 * * *")
+        expect(row).to_contain_text("Europe/Paris")
+        expect(row.locator(".sqlq-next-run")).not_to_have_text("never")
+        page.screenshot(path=str(shots / "admin-schedules.png"))
+
+        row.get_by_role("button", name="Run now").click()
+        expect(page.locator("ul.messagelist")).to_contain_text("for nightly-report, to run now")
+        job = Job.objects.get(type="tests.echo")
+        assert job.payload == {"report": "sales"}
+        Worker(poll_interval=0.05).run(burst=True, install_signal_handlers=False)
+        page.locator("a.sqlq-run-now-job").click()
+        expect(page.locator("#sqlq-job-status")).to_have_text("Completed")

@@ -47,6 +47,7 @@ from django_sqlq.worker.maintenance import (
     Service,
     Tidier,
 )
+from django_sqlq.worker.maintenance.scheduler import Scheduler
 from django_sqlq.worker.pool import RunnerPool
 from django_sqlq.worker.queuecontrol import QueueControl
 from django_sqlq.worker.signals import ForcedStop, worker_signals
@@ -148,6 +149,8 @@ class Worker:
         # Maintenance started with the runners, stopped once they are done: the slot for
         # the pruner and the recurring-job scheduler.
         self.services: list[Service] = [self.heartbeat, self.controls]
+        self.scheduler = Scheduler(self)  # recurring jobs (SQLQ["SCHEDULE"], @handler(cron=))
+        self.services.append(self.scheduler)
 
     @property
     def jobs_claimed(self) -> int:
@@ -196,6 +199,9 @@ class Worker:
             self.concurrency,
             self.database,
         )
+        # A bad schedule stops the worker here, naming it. A --burst worker checks the
+        # schedules but enqueues no ticks: it drains what is there and exits.
+        self.scheduler.prepare(active=not burst)
         self._register()
         self.pool.start()
         for service in self.services:

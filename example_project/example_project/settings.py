@@ -77,6 +77,17 @@ SQLQ = {
     # confirmations start in any second, however many workers run (docs: "Pausing and
     # limiting queues"). `manage.py sqlq_queue status` shows it.
     "QUEUE_LIMITS": {"default": {"rate": "50/s"}},
+    # Recurring jobs: every worker runs the scheduler, and each tick is enqueued once.
+    # The admin lists them under Job queue > Schedules, with a "Run now" button.
+    "SCHEDULE": {
+        "nightly-sales-report": {
+            "type": "shop.nightly_sales_report",
+            "cron": "0 3 * * *",  # 03:00 every day...
+            "timezone": "Europe/Paris",  # ...in Paris, summer and winter time alike
+            "payload": {"days": 1},
+            "missed": "run_once",  # after downtime, run the last missed night once
+        },
+    },
 }
 
 # Show what the worker does on the console.

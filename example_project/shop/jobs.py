@@ -1,6 +1,7 @@
 """The shop's background jobs. `manage.py sqlq_worker` imports this module at start."""
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -61,3 +62,18 @@ def rebuild_thumbnails(payload: dict[str, Any], context: Any) -> dict[str, Any]:
         time.sleep(pause)  # a real shop would resize an image here
         context.set_progress((done + 1) / total, f"resized {done + 1} of {total}")
     return {"resized": total}
+
+
+@handler("shop.nightly_sales_report")
+def nightly_sales_report(payload: dict[str, Any]) -> dict[str, Any]:
+    """A recurring job (SQLQ["SCHEDULE"]["nightly-sales-report"] in settings.py): the orders
+    of the last ``days`` days. A real shop would email it; the admin shows the result."""
+    since = timezone.now() - timedelta(days=payload.get("days", 1))
+    orders = Order.objects.filter(created_at__gte=since)
+    report = {
+        "since": since.isoformat(),
+        "orders": orders.count(),
+        "items": sum(orders.values_list("quantity", flat=True)),
+    }
+    logger.info("Nightly sales report: %(orders)d orders, %(items)d items", report)
+    return report

@@ -75,3 +75,24 @@ class LongJobTests(TestCase):
         call_command("shop_rebuild_thumbnails", images=3, seconds_each=0, stdout=StringIO())
         outcome = run_jobs()
         self.assertEqual((outcome.completed, outcome.failed), (1, 0))
+
+
+class NightlyReportTests(TestCase):
+    def test_the_nightly_report_is_a_valid_schedule_and_runs(self):
+        from django_sqlq import schedules
+
+        schedule = schedules.load()["nightly-sales-report"]
+        self.assertEqual((schedule.cron, schedule.timezone), ("0 3 * * *", "Europe/Paris"))
+        schedules.check_targets({"nightly-sales-report": schedule})  # its handler exists
+        Order.objects.create(**ORDER)
+        enqueue(schedule.type, schedule.payload)
+        outcome = run_jobs()
+        self.assertEqual(outcome.completed, 1)
+
+    def test_the_admin_lists_it(self):
+        from django.contrib.auth.models import User
+
+        self.client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+        page = self.client.get("/admin/django_sqlq/scheduletick/")
+        self.assertContains(page, "nightly-sales-report")
+        self.assertContains(page, "Europe/Paris")

@@ -443,6 +443,7 @@ class Command(BaseCommand):
             # unmigrated is one clear line, not N children crash-looping.
             try:
                 Worker(**worker_kwargs)._check_ready()
+                self._check_schedules()  # so is a bad recurring job
             except (WorkerError, ConfigurationError) as exc:
                 raise CommandError(str(exc)) from exc
             finally:
@@ -457,7 +458,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         try:
             worker.run(burst=burst)
-        except WorkerError as exc:
+        except (WorkerError, ConfigurationError) as exc:  # a bad schedule: named at start
             raise CommandError(str(exc)) from exc
         if worker.forced:
             sys.exit(1)
@@ -481,6 +482,12 @@ class Command(BaseCommand):
             if most is not None:
                 limits[name] = most
         return names
+
+    def _check_schedules(self) -> None:
+        from django_sqlq import registry, schedules
+
+        registry.autodiscover()
+        schedules.check_targets(schedules.load())
 
     def _backend_queues(
         self,

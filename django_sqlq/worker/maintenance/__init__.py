@@ -5,6 +5,8 @@
 - ``reaper``: returns expired leases (of dead workers) to the queue.
 - ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
 - ``control``: the cancel requests among the running jobs, and their progress.
+
+- ``scheduler``: enqueues the ticks of recurring jobs, each once across all workers.
 - ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
 
 A new duty (the pruner of finished jobs, the recurring-job scheduler) is a

@@ -1,0 +1,199 @@
+"""The schedules' page: each recurring job (``SQLQ["SCHEDULE"]``, ``@handler(cron=...)``,
+``@recurring``) with its cron, time zone, last and next run and the status of its last job,
+and a "run now" button.
+
+The page lists the *declared* schedules (the settings and the decorators of this process),
+read with the tick table (``ScheduleTick``): one query for the newest tick of each, one for
+their jobs. Whoever may view jobs may see it; "run now" enqueues one job of the schedule at
+once (not counted as a tick: the next tick still runs) and needs the permission the job
+list's run-now action needs (change on jobs). It is a POST with Django's CSRF check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext
+
+from django_sqlq import registry, schedules
+from django_sqlq.admin.display import admin_links, queue_alias
+from django_sqlq.exceptions import ConfigurationError, SQLQError
+from django_sqlq.models import Job, ScheduleTick
+
+if TYPE_CHECKING:
+    TickModelAdmin = admin.ModelAdmin[ScheduleTick]
+else:
+    TickModelAdmin = admin.ModelAdmin
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    schedule: schedules.Schedule
+    last_tick: datetime | None
+    next_tick: datetime | None
+    job: Job | None  # the last tick's job; None when it had none or it was pruned
+    job_id: int | None
+    job_url: str | None
+
+    @property
+    def next_local(self) -> str:
+        """The next run in the schedule's own time zone (the page shows the site's too)."""
+        if self.next_tick is None:
+            return ""
+        return self.next_tick.astimezone(self.schedule.tz).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def rows(site_name: str, now: datetime) -> list[ScheduleRow]:
+    """Every declared schedule, with its last tick's job (two queries)."""
+    registry.autodiscover()  # the apps' jobs.py: their @handler(cron=...) schedules
+    declared = schedules.load()
+    alias = queue_alias()
+    latest: dict[str, ScheduleTick] = {}
+    ticks = ScheduleTick.objects.using(alias).filter(name__in=list(declared))
+    # At most KEEP_TICKS rows per schedule (the scheduler trims the rest).
+    for tick in ticks.order_by("-tick_at"):
+        latest.setdefault(tick.name, tick)
+    ids = [tick.job_id for tick in latest.values() if tick.job_id is not None]
+    jobs = Job.objects.using(alias).only("id", "status", "type").in_bulk(ids)
+    found = []
+    for name, schedule in declared.items():
+        tick = latest.get(name)
+        job_id = tick.job_id if tick is not None else None
+        job = jobs.get(job_id) if job_id is not None else None
+        url = (
+            reverse(f"{site_name}:django_sqlq_job_change", args=[job_id], current_app=site_name)
+            if job is not None
+            else None
+        )
+        found.append(
+            ScheduleRow(
+                schedule=schedule,
+                last_tick=schedules.from_db(tick.tick_at) if tick is not None else None,
+                next_tick=schedule.next_tick(now),
+                job=job,
+                job_id=job_id,
+                job_url=url,
+            )
+        )
+    return found
+
+
+class ScheduleAdmin(TickModelAdmin):
+    """The schedules' page, in place of a change list of the tick table."""
+
+    class Media:
+        css = {"all": ["django_sqlq/admin.css"]}
+
+    def _has_job_perm(self, request: HttpRequest, *codenames: str) -> bool:
+        return any(request.user.has_perm(f"django_sqlq.{c}_job") for c in codenames)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
+        return self._has_job_perm(request, "view", "change")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:  # noqa: ARG002 (Django's signature)
+        return False  # schedules are declared in code and settings
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # noqa: ARG002 (Django's signature)
+        return False
+
+    def has_run_now_permission(self, request: HttpRequest) -> bool:
+        """As the job list's "run now": change on jobs."""
+        return self._has_job_perm(request, "change")
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path(
+                "run-now/",
+                self.admin_site.admin_view(self.run_now_view),
+                name="{}_{}_run_now".format(*info),
+            ),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        request.current_app = self.admin_site.name
+        error = None
+        try:
+            found = rows(self.admin_site.name, datetime.now(UTC))
+        except ConfigurationError as exc:
+            found, error = [], str(exc)
+        context = {
+            **self.admin_site.each_context(request),
+            **admin_links(self.admin_site.name),
+            "title": gettext("Schedules"),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "media": self.media,
+            "rows": found,
+            "error": error,
+            "can_run_now": self.has_run_now_permission(request),
+            "run_now_url": reverse(
+                f"{self.admin_site.name}:django_sqlq_scheduletick_run_now",
+                current_app=self.admin_site.name,
+            ),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/django_sqlq/schedules.html", context)
+
+    def run_now_view(self, request: HttpRequest) -> HttpResponse:
+        """POST ``name``: enqueue one job of that schedule now."""
+        if request.method != "POST":
+            return HttpResponse(status=405, headers={"Allow": "POST"})
+        if not self.has_run_now_permission(request):
+            raise PermissionDenied
+        back = reverse(
+            f"{self.admin_site.name}:django_sqlq_scheduletick_changelist",
+            current_app=self.admin_site.name,
+        )
+        name = request.POST.get("name", "")
+        try:
+            schedule = schedules.load().get(name)
+        except ConfigurationError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(back)
+        if schedule is None:
+            self.message_user(
+                request, gettext("No schedule is named %(name)r.") % {"name": name}, messages.ERROR
+            )
+            return HttpResponseRedirect(back)
+        try:
+            job_id = schedules.enqueue_job(schedule, run_at=None, database=queue_alias())
+        except (SQLQError, ValueError, TypeError, DatabaseError) as exc:
+            self.message_user(
+                request,
+                gettext("Could not enqueue %(name)s: %(error)s") % {"name": name, "error": exc},
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(back)
+        job_url = reverse(
+            f"{self.admin_site.name}:django_sqlq_job_change",
+            args=[job_id],
+            current_app=self.admin_site.name,
+        )
+        link = format_html('<a href="{}" class="sqlq-run-now-job">job {}</a>', job_url, job_id)
+        self.message_user(
+            request,
+            format_html(gettext("Enqueued {job} for {name}, to run now."), job=link, name=name),
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(back)

@@ -1,0 +1,463 @@
+"""Recurring jobs: what is declared, when each schedule ticks, and enqueueing one tick.
+
+Three ways to declare a schedule, all read here and validated the same way:
+
+- ``SQLQ["SCHEDULE"] = {"nightly-report": {"type": "reports.nightly", "cron": "0 3 * * *",
+  ...}}``, or with ``"task": "myapp.tasks.nightly"`` (a ``@task`` of Django's tasks
+  framework, by dotted path) instead of ``"type"``;
+- ``@handler("x", cron="*/5 * * * *")`` (or ``cron={...}``, the same keys as a settings
+  entry): a schedule named after the job type unless ``"name"`` is given;
+- ``@recurring("0 3 * * *", ...)`` above a ``@task``.
+
+Cron expressions, time zones and DST are cronsim's (5 fields, or 6 with seconds first).
+
+Each tick is enqueued once, whatever the number of workers: :func:`enqueue_tick` writes a
+``ScheduleTick`` row (unique on name and tick time) and the job in one transaction; a
+worker that loses the race to the row writes nothing. Which tick is due is decided by
+:func:`due_tick` (see its docstring, and docs/howto/recurring-jobs.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone as dj_timezone
+
+from django_sqlq import validation
+from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+
+RUN_ONCE: Final = "run_once"
+SKIP: Final = "skip"
+POLICIES: Final = (RUN_ONCE, SKIP)
+
+MAX_NAME_LENGTH: Final = 200
+
+# Tick rows kept per schedule: the newest is what every worker compares with; the others
+# are history for the admin. Older ones are deleted by the worker that wrote a new one.
+KEEP_TICKS: Final = 10
+
+COMMON_KEYS: Final = frozenset({"cron", "timezone", "missed", "queue", "priority"})
+TYPE_KEYS: Final = COMMON_KEYS | {"type", "payload"}
+TASK_KEYS: Final = COMMON_KEYS | {"task", "args", "kwargs"}
+DECORATOR_KEYS: Final = COMMON_KEYS | {"name", "payload"}
+TASK_DECORATOR_KEYS: Final = COMMON_KEYS | {"name", "args", "kwargs"}
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One recurring job: enqueue ``type`` (or the ``task``) at each tick of ``cron`` in
+    ``timezone``."""
+
+    name: str
+    cron: str
+    timezone: str = "UTC"
+    missed: str = RUN_ONCE
+    type: str | None = None  # a job type (a @handler's name or a dotted path)
+    task: str | None = None  # or a @task's dotted path
+    payload: Any = field(default_factory=dict)
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    queue: str | None = None  # None: "default" (type), the task's own queue (task)
+    priority: int | None = None
+    source: str = "settings"  # where it was declared, for error messages and the admin
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def spec(self) -> str:
+        """What decides its ticks (stored with each tick): the cron and the time zone."""
+        return f"{self.cron} @ {self.timezone}"
+
+    @property
+    def target(self) -> str:
+        """What it enqueues: the job type, or the task's path."""
+        return self.type or self.task or ""
+
+    def next_tick(self, now: datetime) -> datetime | None:
+        """The first tick strictly after ``now``, in UTC (None: none in 50 years)."""
+        local = now.astimezone(self.tz)
+        try:
+            return next(CronSim(self.cron, local)).astimezone(UTC)
+        except StopIteration:
+            return None
+
+    def latest_tick(self, now: datetime) -> datetime | None:
+        """The last tick at or before ``now``, in UTC (None: none in 50 years)."""
+        # cronsim's reverse iteration takes a datetime with microseconds as its own first
+        # candidate: the whole second at or before now.
+        local = now.astimezone(self.tz).replace(microsecond=0) + timedelta(microseconds=1)
+        try:
+            return next(CronSim(self.cron, local, reverse=True)).astimezone(UTC)
+        except StopIteration:
+            return None
+
+
+# -- declarations -------------------------------------------------------------------------
+
+_declared: dict[str, Schedule] = {}  # by @handler(cron=) and @recurring
+_lock = threading.Lock()
+
+
+def _where(source: str, name: object) -> str:
+    return f"SQLQ['SCHEDULE'][{name!r}]" if source == "settings" else f"{source} schedule {name!r}"
+
+
+def parse(name: object, entry: object, *, source: str = "settings") -> Schedule:
+    """A validated Schedule from a settings entry (or a decorator's options). Raises
+    ConfigurationError naming the entry."""
+    where = _where(source, name)
+    try:
+        validation.check_name("schedule name", name, max_length=MAX_NAME_LENGTH)
+    except InvalidJobError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    assert isinstance(name, str)
+    if not isinstance(entry, Mapping):
+        raise ConfigurationError(f"{where} must be a dict with 'cron' and 'type' (or 'task').")
+    is_task = "task" in entry
+    if is_task == ("type" in entry):
+        raise ConfigurationError(f"{where} needs 'type' (a job type) or 'task' (a @task's path).")
+    allowed = TASK_KEYS if is_task else TYPE_KEYS
+    unknown = set(entry) - allowed
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"known: {', '.join(sorted(allowed))}."
+        )
+    try:
+        return _build(name, entry, is_task=is_task, source=source)
+    except (InvalidJobError, TypeError) as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+
+
+def _build(name: str, entry: Mapping[str, Any], *, is_task: bool, source: str) -> Schedule:
+    cron = check_cron(entry.get("cron"))
+    tz = check_timezone(entry.get("timezone", "UTC"))
+    missed = entry.get("missed", RUN_ONCE)
+    if missed not in POLICIES:
+        raise InvalidJobError(f"'missed' must be 'run_once' or 'skip', got {missed!r}.")
+    queue = entry.get("queue")
+    if queue is not None:
+        validation.check_name("queue name", queue, max_length=100)
+    priority = entry.get("priority")
+    if priority is not None and (
+        isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100
+    ):
+        raise InvalidJobError(f"'priority' must be an integer from -100 to 100, got {priority!r}.")
+    target = validation.check_name(
+        "task path" if is_task else "job type",
+        entry["task" if is_task else "type"],
+        max_length=255,
+    )
+    from django_sqlq.jsoncodec import encode_json
+
+    if is_task:
+        args, kwargs = entry.get("args", []), entry.get("kwargs", {})
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
+            raise InvalidJobError("'args' must be a list and 'kwargs' a dict.")
+        encode_json({"args": list(args), "kwargs": dict(kwargs)}, what="schedule's arguments")
+        return Schedule(
+            name=name, cron=cron, timezone=tz, missed=missed, task=target, args=tuple(args),
+            kwargs=dict(kwargs), queue=queue, priority=priority, source=source,
+        )  # fmt: skip
+    payload = entry.get("payload", {})
+    encode_json(payload, what="schedule's payload")
+    return Schedule(
+        name=name, cron=cron, timezone=tz, missed=missed, type=target, payload=payload,
+        queue=queue, priority=priority, source=source,
+    )  # fmt: skip
+
+
+def check_cron(cron: object) -> str:
+    if not isinstance(cron, str) or not cron.strip():
+        raise InvalidJobError(f"'cron' must be a cron expression (a string), got {cron!r}.")
+    try:
+        CronSim(cron, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        raise InvalidJobError(
+            f"'cron' {cron!r} is not a valid cron expression ({exc}): five fields "
+            "(minute hour day-of-month month day-of-week), or six with seconds first."
+        ) from None
+    return cron
+
+
+def check_timezone(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidJobError(f"'timezone' must be an IANA time zone name, got {name!r}.")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidJobError(
+            f"'timezone' {name!r} is not a known time zone (an IANA name such as "
+            "'Europe/Paris' or 'UTC')."
+        ) from None
+    return name
+
+
+def declare(schedule: Schedule) -> None:
+    """Add a decorator's schedule. The same name twice from another target is an error."""
+    with _lock:
+        existing = _declared.get(schedule.name)
+        if existing is not None and existing != schedule:
+            raise ConfigurationError(
+                f"{_where(schedule.source, schedule.name)} is already declared by "
+                f"{existing.source} for {existing.target!r}: give one of them "
+                "another 'name'."
+            )
+        _declared[schedule.name] = schedule
+
+
+def undeclare(name: str) -> None:
+    """Remove a decorator's schedule (for tests)."""
+    with _lock:
+        _declared.pop(name, None)
+
+
+def from_decorator(
+    target: str, cron: str | Mapping[str, Any], *, source: str, task: bool = False
+) -> Schedule:
+    """The Schedule of ``@handler(..., cron=...)`` or ``@recurring``."""
+    options: dict[str, Any] = {"cron": cron} if isinstance(cron, str) else dict(cron)
+    allowed = TASK_DECORATOR_KEYS if task else DECORATOR_KEYS
+    unknown = set(options) - allowed
+    name = options.pop("name", target)
+    if unknown:
+        raise ConfigurationError(
+            f"{_where(source, name)}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"known: {', '.join(sorted(allowed))}."
+        )
+    options["task" if task else "type"] = target
+    return parse(name, options, source=source)
+
+
+def recurring(cron: str, **options: Any) -> Callable[[T], T]:
+    """Run a ``@task`` of Django's tasks framework on a schedule. Put it above ``@task``::
+
+        @recurring("0 3 * * *", timezone="Europe/Paris")
+        @task
+        def nightly_report(): ...
+
+    ``options``: ``name`` (default: the task's path), ``args``, ``kwargs``, ``queue``,
+    ``priority``, ``timezone``, ``missed``, as in a settings entry.
+    """
+
+    def decorator(task: T) -> T:
+        path = getattr(task, "module_path", None)
+        if not isinstance(path, str):
+            raise TypeError(f"@recurring goes above @task, got {task!r}.")
+        declare(from_decorator(path, {"cron": cron, **options}, source="@recurring", task=True))
+        return task
+
+    return decorator
+
+
+def load() -> dict[str, Schedule]:
+    """Every declared schedule, by name: ``SQLQ["SCHEDULE"]``, then the decorators'.
+    Raises ConfigurationError naming the entry at fault."""
+    from django_sqlq.conf import get_settings
+
+    conf = get_settings()
+    found: dict[str, Schedule] = {}
+    for name, entry in conf.SCHEDULE.items():
+        schedule = parse(name, entry)
+        if schedule.type is not None and (schedule.queue or "default") not in conf.QUEUES:
+            raise ConfigurationError(
+                f"SQLQ['SCHEDULE'][{name!r}]: unknown queue {schedule.queue or 'default'!r}; "
+                f"known: {', '.join(conf.QUEUES)}."
+            )
+        found[name] = schedule
+    with _lock:
+        declared = list(_declared.values())
+    for schedule in declared:
+        if schedule.name in found:
+            raise ConfigurationError(
+                f"Two schedules are named {schedule.name!r}: SQLQ['SCHEDULE'] and "
+                f"{schedule.source} for {schedule.target!r}. Rename one (decorators take "
+                "'name')."
+            )
+        found[schedule.name] = schedule
+    return found
+
+
+def check_targets(schedules: Mapping[str, Schedule]) -> None:
+    """Each schedule's job type has a handler, each task path is a @task (the worker checks
+    this at start, once the apps' jobs.py are imported)."""
+    from django_sqlq import registry
+    from django_sqlq.exceptions import UnknownHandlerError
+
+    for schedule in schedules.values():
+        where = _where(schedule.source, schedule.name)
+        if schedule.task is not None:
+            task = _task(schedule.task)
+            if task is None:
+                raise ConfigurationError(f"{where}: {schedule.task!r} is not a @task.")
+            from django_sqlq.backend import SQLQBackend
+
+            if not isinstance(task.get_backend(), SQLQBackend):
+                raise ConfigurationError(
+                    f"{where}: the task {schedule.task!r} uses the tasks backend "
+                    f"{task.backend!r}, which is not django_sqlq's."
+                )
+            continue
+        try:
+            registry.get(schedule.target)
+        except UnknownHandlerError as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
+
+
+def _task(path: str) -> Any:
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        return None
+    from django_sqlq.backend import _import_task
+
+    return _import_task(path)
+
+
+# -- which tick is due, and enqueueing it ---------------------------------------------------
+
+
+def due_tick(
+    schedule: Schedule, *, now: datetime, last: LastTick | None, watching_since: datetime
+) -> datetime | None:
+    """The tick to enqueue now, or None. Only ever the latest tick at or before ``now``
+    (never a burst of catch-ups):
+
+    - it is due if no worker recorded it yet (``last``, the newest recorded tick, is
+      older) and it fell while this worker was watching (at or after ``watching_since``);
+    - a tick that fell before this worker was watching and that no worker recorded was
+      missed (every worker was down): ``run_once`` enqueues it (once: the tick row decides),
+      ``skip`` does not. A schedule with no recorded tick at all was never seen (nor one
+      whose cron or time zone changed since its last tick): nothing from before
+      ``watching_since`` runs, whatever the policy.
+    """
+    latest = schedule.latest_tick(now)
+    if latest is None or (last is not None and latest <= last.tick_at):
+        return None
+    if latest >= watching_since:
+        return latest
+    if last is None or last.spec != schedule.spec or schedule.missed == SKIP:
+        return None
+    return latest
+
+
+def enqueue_tick(schedule: Schedule, tick: datetime, *, database: str) -> int | None:
+    """Enqueue ``schedule``'s job for ``tick`` unless a worker already did: the tick's row
+    and the job are written in one transaction. Returns the job id, or None when the tick
+    was already taken."""
+    from django_sqlq.models import ScheduleTick
+
+    ticks = ScheduleTick.objects.using(database)
+    stored = to_db(tick)
+    # Read outside the transaction: on SQLite a transaction that reads first and then
+    # writes cannot wait for the write lock (it fails with "database is locked").
+    if ticks.filter(name=schedule.name, tick_at=stored).exists():
+        return None
+    try:
+        with transaction.atomic(using=database):
+            row = ticks.create(name=schedule.name, tick_at=stored, spec=schedule.spec)
+            job_id = enqueue_job(schedule, run_at=tick, database=database)
+            row.job_id = job_id
+            row.save(update_fields=["job_id"])
+            trim(schedule.name, database=database)  # in the same commit: one fsync
+    except IntegrityError:
+        return None  # another worker wrote this tick first (its transaction decided)
+    return job_id
+
+
+def trim(name: str, *, database: str) -> int:
+    """Delete the tick rows of ``name`` older than its KEEP_TICKS newest (one statement)."""
+    from django.db.models import Subquery
+
+    from django_sqlq.models import ScheduleTick
+
+    ticks = ScheduleTick.objects.using(database).filter(name=name)
+    oldest_kept = ticks.order_by("-tick_at").values("tick_at")[KEEP_TICKS - 1 : KEEP_TICKS]
+    deleted, _ = ticks.filter(tick_at__lt=Subquery(oldest_kept)).delete()
+    return deleted
+
+
+def enqueue_job(schedule: Schedule, *, run_at: datetime | None, database: str) -> int:
+    """Enqueue one job of ``schedule`` (scheduled at ``run_at``, None: now); its id. In the
+    caller's transaction when it is on the queue database. The admin's "run now" calls it
+    too, without a tick row."""
+    from django_sqlq.api import enqueue
+    from django_sqlq.models import Job
+
+    if schedule.task is None:
+        options: dict[str, Any] = {"queue": schedule.queue or "default", "using": database}
+        if schedule.priority is not None:
+            options["priority"] = schedule.priority
+        return int(enqueue(schedule.target, schedule.payload, run_at=run_at, **options).pk)
+    task = _task(schedule.task)
+    if task is None:
+        raise ConfigurationError(f"{_where(schedule.source, schedule.name)}: not a @task.")
+    changes: dict[str, Any] = {}
+    if run_at is not None:
+        changes["run_after"] = run_at
+    if schedule.queue is not None:
+        changes["queue_name"] = schedule.queue
+    if schedule.priority is not None:
+        changes["priority"] = schedule.priority
+    if changes:
+        task = task.using(**changes)
+    result = task.enqueue(*schedule.args, **schedule.kwargs)
+    return int(Job.objects.using(database).values_list("pk", flat=True).get(uuid=result.id))
+
+
+@dataclass(frozen=True)
+class LastTick:
+    """A schedule's newest recorded tick, and the ``spec`` it ran under."""
+
+    tick_at: datetime
+    spec: str
+
+
+def last_ticks(names: list[str], *, database: str) -> dict[str, LastTick]:
+    """The newest recorded tick of each schedule that has one (one query over at most about
+    KEEP_TICKS rows per schedule)."""
+    from django_sqlq.models import ScheduleTick
+
+    rows = (
+        ScheduleTick.objects.using(database)
+        .filter(name__in=names)
+        .order_by("-tick_at")
+        .values_list("name", "tick_at", "spec")
+    )
+    found: dict[str, LastTick] = {}
+    for name, tick_at, spec in rows:
+        if name not in found:
+            found[name] = LastTick(from_db(tick_at), spec)
+    return found
+
+
+def to_db(moment: datetime) -> datetime:
+    """An aware time as Django stores it: as it is under USE_TZ, else naive in TIME_ZONE."""
+    return moment if settings.USE_TZ else dj_timezone.make_naive(moment)
+
+
+def from_db(moment: datetime) -> datetime:
+    """A stored time, aware (naive ones are in TIME_ZONE, as Django wrote them)."""
+    return moment if dj_timezone.is_aware(moment) else dj_timezone.make_aware(moment)
+
+
+def describe(schedule: Schedule, now: datetime) -> str:
+    """One line for the worker's start: name, cron, time zone, next run."""
+    upcoming = schedule.next_tick(now)
+    return (
+        f"Schedule {schedule.name}: {schedule.target} cron={schedule.cron!r} "
+        f"tz={schedule.timezone} missed={schedule.missed} "
+        f"next={upcoming.astimezone(schedule.tz).isoformat() if upcoming else 'never'}"
+    )
