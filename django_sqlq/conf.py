@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "SQLITE_PRAGMAS": DEFAULT_SQLITE_PRAGMAS,
     "TESTING": None,
     "LISTEN_DATABASE": None,
+    "METRICS_TOKEN": None,
 }
 
 TESTING_MODES = (None, "inline")
@@ -62,6 +63,7 @@ class Settings:
     SQLITE_PRAGMAS: Mapping[str, str | int]
     TESTING: str | None = None
     LISTEN_DATABASE: str | None = None
+    METRICS_TOKEN: str | None = None
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -152,6 +154,15 @@ def _check_pragmas(pragmas: Any) -> None:
             )
 
 
+def _check_token(token: Any) -> str | None:
+    if token is not None and (not isinstance(token, str) or len(token.strip()) < 16):
+        raise ConfigurationError(
+            "SQLQ['METRICS_TOKEN'] must be None or a secret string of at least 16 characters "
+            "(the bearer token Prometheus sends to the metrics view)."
+        )
+    return token
+
+
 def _read(user: Any) -> Settings:
     if not isinstance(user, Mapping):
         raise ConfigurationError("settings.SQLQ must be a dict.")
@@ -189,6 +200,7 @@ def _read(user: Any) -> Settings:
         raise ConfigurationError(
             "SQLQ['LISTEN_DATABASE'] must be None or a database alias (a string)."
         )
+    token = _check_token(merged["METRICS_TOKEN"])
     pragmas = merged["SQLITE_PRAGMAS"]
     _check_pragmas(pragmas)
     if merged["TESTING"] not in TESTING_MODES:
@@ -223,4 +235,5 @@ def _read(user: Any) -> Settings:
         SQLITE_PRAGMAS=dict(pragmas),
         TESTING=merged["TESTING"],
         LISTEN_DATABASE=listen,
+        METRICS_TOKEN=token,
     )

@@ -24,6 +24,7 @@ class ClaimedJob(NamedTuple):
     timeout: float | None
     priority: int
     scheduled_at: Any
+    trace: str | None = None  # the enqueuer's trace context (django_sqlq.tracing)
 
 
 class New(enum.Enum):
@@ -65,6 +66,7 @@ JOB_COLUMNS: Final[dict[str, New | str | None]] = {
     "lease_expires_at": None,
     "result": None,
     "unique_key": New.FIELD,
+    "trace": New.FIELD,
 }
 
 #: The columns an INSERT writes, in order.

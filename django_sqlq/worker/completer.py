@@ -22,6 +22,7 @@ from django.db import DatabaseError
 from django_sqlq import lifecycle, registry
 from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.exceptions import JobInterruptedError
+from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
 from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.retry import reset_connection, with_retry
@@ -103,16 +104,19 @@ class Completer:
                     "retried once its lease runs out",
                     self.worker_id,
                     batch[0].job.id,
+                    extra=extra_for(batch[0].job),
                 )
             return
         self.held.discard(item.job.id for item in batch)
         log = job_logger.isEnabledFor(logging.INFO)
+        stats = self.worker.stats
         for item in batch:
             job = item.job
             if job.id not in written:
                 self.lost(job)
                 continue
             self.jobs_done += 1
+            stats.completed(job.queue)
             if log:
                 job_logger.info(
                     "Job id=%s type=%s completed in %.3fs attempt=%d",
@@ -120,6 +124,7 @@ class Completer:
                     job.type,
                     item.elapsed,
                     job.attempts,
+                    extra=extra_for(job),
                 )
             if item.handler.on_finish is not None:
                 call_hook(
@@ -176,6 +181,7 @@ class Completer:
                     job.id,
                     type(exc).__name__,
                     exc,
+                    extra=extra_for(job),
                 )
                 reset_connection(self.database)
                 status = with_retry(worker, "fail", write)
@@ -187,6 +193,7 @@ class Completer:
         self.jobs_failed += 1
         if status != JobStatus.FAILED:
             self.jobs_retried += 1
+        worker.stats.failed(job.queue, retried=status != JobStatus.FAILED)
         if status == JobStatus.SCHEDULED and retry_in is not None:
             worker.staging.retry_scheduled(retry_in)
         if status == JobStatus.FAILED:
@@ -198,6 +205,7 @@ class Completer:
                 job.max_attempts,
                 error.exception_class,
                 error.message,
+                extra=extra_for(job),
             )
         else:
             logger.warning(
@@ -209,6 +217,7 @@ class Completer:
                 error.exception_class,
                 error.message,
                 retry_in,
+                extra=extra_for(job),
             )
         return status
 
@@ -231,6 +240,7 @@ class Completer:
                     job.id,
                     type(exc).__name__,
                     exc,
+                    extra=extra_for(job),
                 )
                 continue
             if status is None:
@@ -257,4 +267,5 @@ class Completer:
             job.id,
             job.type,
             job.attempts,
+            extra=extra_for(job),
         )

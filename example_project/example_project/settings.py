@@ -73,6 +73,9 @@ STATIC_URL = "static/"
 # The job queue. Every key is optional; see the reference docs for the rest.
 SQLQ = {
     "QUEUES": ["default"],
+    # The bearer token Prometheus sends to /sqlq/metrics (see urls.py). Unset, only staff
+    # who may view jobs can read the metrics. A real site reads it from its environment.
+    "METRICS_TOKEN": os.environ.get("SQLQ_METRICS_TOKEN") or None,
 }
 
 # Show what the worker does on the console.

@@ -68,3 +68,13 @@ class InlineModeTests(TestCase):
     def test_sample_orders_are_confirmed_at_once(self):
         call_command("shop_sample_orders", 3, stdout=StringIO())
         self.assertEqual(Order.objects.filter(confirmation_sent_at__isnull=False).count(), 3)
+
+
+class MetricsTests(TestCase):
+    """The opt-in Prometheus view that urls.py includes."""
+
+    def test_the_metrics_url_is_included_and_closed_to_anonymous_clients(self):
+        from django.urls import reverse
+
+        self.assertEqual(reverse("django_sqlq:metrics"), "/sqlq/metrics")
+        self.assertEqual(self.client.get("/sqlq/metrics").status_code, 403)
