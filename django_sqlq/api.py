@@ -290,11 +290,12 @@ def _submit(
     delay_seconds: float | None = None,
     unique_for: float | None = None,
 ) -> None:
-    if tracing.ENABLED:
-        with tracing.sending(jobs, jobs[0].queue, jobs[0].type):
-            _submit_untraced(queue_alias, jobs, using, delay_seconds, unique_for)
-    else:
+    tracer = tracing.tracer() if tracing.ENABLED else None
+    if tracer is None:
         _submit_untraced(queue_alias, jobs, using, delay_seconds, unique_for)
+    else:
+        with tracing.sending(tracer, jobs, jobs[0].queue, jobs[0].type):
+            _submit_untraced(queue_alias, jobs, using, delay_seconds, unique_for)
 
 
 def _submit_untraced(

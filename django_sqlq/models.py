@@ -268,6 +268,7 @@ class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
                 "queues": queues,
                 "concurrency": concurrency,
                 "stopped_at": None,
+                "stats": {},  # a worker id used again starts its counts again
             },
         )
 

@@ -120,6 +120,14 @@ def test_the_metrics_parse_and_match_the_table():
     assert value(found, "sqlq_queue_workers", queue="default") == 0
 
 
+def test_a_worker_id_used_again_starts_its_counts_again() -> None:
+    enqueue("tests.noop", {})
+    run_burst(worker_id="again")
+    assert WorkerProcess.objects.get(worker_id="again").stats["queues"]["default"]["completed"]
+    WorkerProcess.objects.register("again", queues=["default"], concurrency=1)
+    assert WorkerProcess.objects.get(worker_id="again").stats == {}
+
+
 @override_settings(SQLQ=SQLQ)
 def test_live_workers_are_counted_per_queue():
     WorkerProcess.objects.register("w1", queues=["emails"], concurrency=1)
@@ -282,6 +290,7 @@ def test_a_failed_attempt_is_an_error_span_and_a_bulk_enqueue_one_send(spans):
 def test_no_trace_is_stored_when_no_span_records():
     # The API alone (no SDK configured in this process): non-recording spans, no context.
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    assert tracing.tracer() is None  # so enqueue() and the worker make no span at all
     job = enqueue("tests.noop", {})
     assert Job.objects.get(pk=job.pk).trace is None
     assert run_burst().jobs_done == 1

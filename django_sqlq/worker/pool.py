@@ -121,13 +121,14 @@ class RunnerPool:
             connections.close_all()
 
     def _process(self, job: ClaimedJob) -> None:
-        if tracing.ENABLED:
-            with tracing.processing(job) as span:
-                outcome, value = self._process_untraced(job)
-                if outcome != "completed":
-                    tracing.failed(span, getattr(value, "exception", None), _describe(value))
-        else:
+        tracer = tracing.tracer() if tracing.ENABLED else None
+        if tracer is None:
             self._process_untraced(job)
+            return
+        with tracing.processing(tracer, job) as span:
+            outcome, value = self._process_untraced(job)
+            if outcome != "completed":
+                tracing.failed(span, getattr(value, "exception", None), _describe(value))
 
     def _process_untraced(self, job: ClaimedJob) -> tuple[str, Any]:
         self.running[job.id] = job
