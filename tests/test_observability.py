@@ -33,7 +33,7 @@ from django_sqlq.logs import JOB_FIELDS
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 from django_sqlq.worker.maintenance.reaper import Reaper
 from django_sqlq.worker.stats import seconds_since
-from tests.conftest import ROOT, run_burst
+from tests.conftest import ROOT, run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,6 +126,30 @@ def test_a_worker_id_used_again_starts_its_counts_again() -> None:
     assert WorkerProcess.objects.get(worker_id="again").stats["queues"]["default"]["completed"]
     WorkerProcess.objects.register("again", queues=["default"], concurrency=1)
     assert WorkerProcess.objects.get(worker_id="again").stats == {}
+
+
+@override_settings(SQLQ=SQLQ)
+def test_a_running_worker_reports_its_counts_at_each_heartbeat(spawn_worker: Any) -> None:
+    """A real worker process: its counts reach the view while it runs, not only at stop."""
+    for n in range(5):
+        enqueue("tests.noop", {"n": n}, queue="emails")
+    worker = spawn_worker(
+        "--queue", "emails", "--worker-id", "live-one", env={"SQLQ_TEST_LEASE_SECONDS": "3"}
+    )
+    worker.wait_ready()
+    labels = {"queue": "emails", "worker": "live-one"}
+
+    def reported() -> dict[Any, float] | None:
+        found = samples(scrape(Client(), Authorization=f"Bearer {TOKEN}").content.decode())
+        key = ("sqlq_jobs_completed_total", tuple(sorted(labels.items())))
+        return found if found.get(key) == 5 else None
+
+    found = wait_for(reported, timeout=30)
+    assert value(found, "sqlq_workers") == 1
+    assert value(found, "sqlq_queue_workers", queue="emails") == 1
+    assert value(found, "sqlq_job_pickup_seconds_count", **labels) == 5
+    assert value(found, "sqlq_jobs", queue="emails", status="pending") == 0
+    assert WorkerProcess.objects.get(worker_id="live-one").stopped_at is None
 
 
 @override_settings(SQLQ=SQLQ)
