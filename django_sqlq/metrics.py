@@ -50,7 +50,7 @@ try:
         GaugeMetricFamily,
         HistogramMetricFamily,
     )
-    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+    from prometheus_client.exposition import choose_encoder
     from prometheus_client.registry import Collector, CollectorRegistry
 except ImportError:  # pragma: no cover - the optional extra is installed in the test venvs
     AVAILABLE = False
@@ -217,7 +217,7 @@ def allowed(request: HttpRequest) -> bool:
 @never_cache
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The Prometheus text format of :class:`QueueCollector`."""
+    """:class:`QueueCollector`'s metrics, in the format the scraper accepts."""
     if not allowed(request):
         return HttpResponse(
             "Forbidden: send Authorization: Bearer <SQLQ['METRICS_TOKEN']>, or log in as staff.",
@@ -232,4 +232,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    # OpenMetrics when the scraper asks for it (Prometheus does), else the text format.
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encode(registry), content_type=content_type)

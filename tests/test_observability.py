@@ -153,6 +153,24 @@ def test_a_running_worker_reports_its_counts_at_each_heartbeat(spawn_worker: Any
 
 
 @override_settings(SQLQ=SQLQ)
+def test_openmetrics_when_the_scraper_asks_for_it() -> None:
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as openmetrics_families,
+    )
+
+    enqueue("tests.noop", {})
+    run_burst(worker_id="om")
+    accept = "application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    response = scrape(Client(), Authorization=f"Bearer {TOKEN}", Accept=accept)
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    text = response.content.decode()
+    families = {f.name: f for f in openmetrics_families(text)}  # type: ignore[no-untyped-call]
+    [completed] = families["sqlq_jobs_completed"].samples
+    assert (completed.name, completed.value) == ("sqlq_jobs_completed_total", 1)
+    assert families["sqlq_job_run_seconds"].type == "histogram"
+
+
+@override_settings(SQLQ=SQLQ)
 def test_live_workers_are_counted_per_queue():
     WorkerProcess.objects.register("w1", queues=["emails"], concurrency=1)
     WorkerProcess.objects.register("w2", queues=["*"], concurrency=1)
