@@ -338,6 +338,24 @@ def test_no_trace_is_stored_when_no_span_records():
     assert run_burst().jobs_done == 1
 
 
+def test_an_oversized_trace_context_is_not_stored(spans: InMemorySpanExporter) -> None:
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    state = TraceState([(f"vendor{i}", "x" * 200) for i in range(20)])  # ~4 KB
+    parent = SpanContext(
+        trace_id=0x1234,
+        span_id=0x5678,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=state,
+    )
+    with trace.use_span(NonRecordingSpan(parent)):
+        job = enqueue("tests.noop", {})
+    assert Job.objects.get(pk=job.pk).trace is None
+    [send] = spans.get_finished_spans()
+    assert send.context.trace_id == 0x1234  # the span itself is made and exported
+
+
 @pytest.mark.parametrize("junk", ["not json", "[1, 2]", '{"traceparent": "00-zz-zz-01"}'])
 def test_a_junk_trace_context_runs_the_job_in_a_new_trace(
     spans: InMemorySpanExporter, junk: str
