@@ -132,7 +132,7 @@ class RunnerPool:
 
     def _process_untraced(self, job: ClaimedJob) -> tuple[str, Any]:
         self.running[job.id] = job
-        self.worker.stats.started(job.queue, job.scheduled_at)
+        started_wall = time.time()
         started = time.monotonic()
         if job_logger.isEnabledFor(logging.DEBUG):
             job_logger.debug(
@@ -167,7 +167,7 @@ class RunnerPool:
         self.avg_runtime = (
             elapsed if self.avg_runtime is None else 0.8 * self.avg_runtime + 0.2 * elapsed
         )
-        self.worker.stats.ran(job.queue, elapsed)
+        self.worker.stats.ran(job.queue, job.scheduled_at, started_wall, elapsed)
         if outcome == "completed" and handler is not None:
             # Buffered for the main thread to write in batches (Completer.flush). Appended
             # here rather than through a method of the completer: a call per job costs.

@@ -14,11 +14,10 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 #: The histograms' upper bounds, in seconds (a last bucket, +Inf, follows). Run times and
@@ -88,6 +87,8 @@ class WorkerStats:
     def __init__(self) -> None:
         self._queues: dict[str, QueueStats] = {}
         self._lock = threading.Lock()
+        # Read once: reading a setting costs about as much as the rest of a job's counting.
+        self._naive_is_utc = bool(settings.USE_TZ)
 
     def _queue(self, name: str) -> QueueStats:
         found = self._queues.get(name)
@@ -95,18 +96,16 @@ class WorkerStats:
             found = self._queues[name] = QueueStats()
         return found
 
-    def started(self, queue: str, scheduled_at: Any) -> None:
-        """An attempt starts: its pickup latency, if its ``scheduled_at`` can be read."""
-        waited = seconds_since(scheduled_at)
-        if waited is None:
-            return
+    def ran(self, queue: str, scheduled_at: Any, started: float, seconds: float) -> None:
+        """An attempt of a job due at ``scheduled_at`` started at ``started`` (time.time())
+        and its handler returned or raised ``seconds`` later. One call (one lock) per
+        attempt, after it ran: a few microseconds off the handler's path."""
+        waited = seconds_between(scheduled_at, started, naive_is_utc=self._naive_is_utc)
         with self._lock:
-            self._queue(queue).pickup.observe(waited)
-
-    def ran(self, queue: str, seconds: float) -> None:
-        """An attempt's handler returned or raised after ``seconds``."""
-        with self._lock:
-            self._queue(queue).run.observe(seconds)
+            stats = self._queue(queue)
+            stats.run.observe(seconds)
+            if waited is not None:
+                stats.pickup.observe(waited)
 
     def completed(self, queue: str) -> None:
         with self._lock:
@@ -126,10 +125,16 @@ class WorkerStats:
         return {"version": VERSION, "buckets": list(BUCKETS), "queues": queues}
 
 
-def seconds_since(value: Any) -> float | None:
+_EPOCH = datetime(1970, 1, 1)
+
+
+def seconds_between(value: Any, later: float, *, naive_is_utc: bool | None = None) -> float | None:
     """Seconds from ``value`` (a ``scheduled_at`` as the claim returns it: a datetime, or
-    SQLite's text) to now by this host's clock; None if it cannot be read. Never negative:
-    a host whose clock is behind the database's sees 0, not a negative wait."""
+    SQLite's text) to ``later`` (a time.time() of this host); None if it cannot be read.
+    A naive ``value`` is UTC when ``naive_is_utc`` (default: ``settings.USE_TZ``), else
+    local time.
+    Never negative: a host whose clock is behind the database's sees 0, not a negative
+    wait. (No tzinfo juggling: replace(tzinfo=...) alone costs a microsecond.)"""
     if isinstance(value, str):
         try:
             parsed: datetime | None = datetime.fromisoformat(value)
@@ -139,7 +144,15 @@ def seconds_since(value: Any) -> float | None:
         parsed = value
     if not isinstance(parsed, datetime):
         return None
-    if parsed.tzinfo is None:
-        zone = UTC if settings.USE_TZ else timezone.get_default_timezone()
-        parsed = parsed.replace(tzinfo=zone)
-    return max(0.0, time.time() - parsed.timestamp())
+    if naive_is_utc is None:
+        naive_is_utc = bool(settings.USE_TZ)
+    if parsed.tzinfo is None and naive_is_utc:
+        stamp = (parsed - _EPOCH).total_seconds()  # naive UTC, as SQLite stores it
+    else:
+        stamp = parsed.timestamp()  # aware, or naive local time (Django sets the process's)
+    return max(0.0, later - stamp)
+
+
+def seconds_since(value: Any) -> float | None:
+    """Seconds from ``value`` to now, by this host's clock (see :func:`seconds_between`)."""
+    return seconds_between(value, time.time())
