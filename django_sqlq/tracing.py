@@ -114,6 +114,26 @@ def sending(tracer: Any, jobs: Sequence[Job], queue: str, type_name: str) -> Ite
             span.set_attribute("messaging.message.id", str(jobs[0].pk))
 
 
+def trace_id(stored: str | None) -> str | None:
+    """The trace id (32 hex digits) in a job's stored ``trace``, or None. Needs no
+    OpenTelemetry: the admin's job page shows it, to look the trace up."""
+    if not stored:
+        return None
+    try:
+        carrier = json.loads(stored)
+    except ValueError:
+        return None
+    parent = carrier.get("traceparent") if isinstance(carrier, dict) else None
+    parts = parent.split("-") if isinstance(parent, str) else []
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    try:
+        int(parts[1], 16)
+    except ValueError:
+        return None
+    return parts[1].lower()
+
+
 def _parent(job: ClaimedJob) -> Any:
     """The context stored with ``job``, or None (none stored, or unreadable)."""
     if not job.trace:

@@ -307,6 +307,36 @@ def test_the_run_span_continues_the_trace_of_the_request_that_enqueued(spans):
     assert process.status.status_code == StatusCode.UNSET
 
 
+@pytest.mark.usefixtures("spans")
+def test_the_admin_job_page_shows_the_trace_id() -> None:
+    with tracing.tracer_provider.get_tracer("tests").start_as_current_span("GET /") as span:
+        traced = enqueue("tests.noop", {})
+    plain = Job.objects.get(pk=enqueue("tests.noop", {}).pk)
+    Job.objects.filter(pk=plain.pk).update(trace=None)
+    admin = Client()
+    User.objects.create_superuser("admin", password="pw")
+    admin.login(username="admin", password="pw")
+    page = admin.get(reverse("admin:django_sqlq_job_change", args=[traced.pk]))
+    assert f"{span.get_span_context().trace_id:032x}" in page.content.decode()
+    assert "trace id" in page.content.decode().lower()
+    page = admin.get(reverse("admin:django_sqlq_job_change", args=[plain.pk]))
+    assert "trace id" not in page.content.decode().lower()
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        ('{"traceparent": "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"}',
+         "4bf92f3577b34da6a3ce929d0e0e4736"),
+        (None, None), ("junk", None), ("[]", None), ('{"traceparent": 5}', None),
+        ('{"traceparent": "00-zz-zz-01"}', None),
+        ('{"traceparent": "00-' + "g" * 32 + '-00f067aa0ba902b7-01"}', None),
+    ],
+)  # fmt: skip
+def test_trace_id_reads_only_a_well_formed_traceparent(stored: str | None, expected: Any) -> None:
+    assert tracing.trace_id(stored) == expected
+
+
 def test_a_failed_attempt_is_an_error_span_and_a_bulk_enqueue_one_send(spans):
     from django_sqlq import bulk_enqueue
 

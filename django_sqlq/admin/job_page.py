@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from django_sqlq import dashboard
+from django_sqlq import dashboard, tracing
 from django_sqlq.admin.actions import PAGE_ACTIONS
 from django_sqlq.admin.display import (
     admin_links,
@@ -46,8 +46,8 @@ class JobPageAdmin(JobModelAdmin):
     change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
         "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
-        "timeout", "unique_key", "payload_display", "result_display", "last_error_display",
-        "errors_display",
+        "timeout", "unique_key", "trace_display", "payload_display", "result_display",
+        "last_error_display", "errors_display",
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
         "failed_at_display", "cancelled_at_display",
         "worker_display", "locked_at", "lease_expires_at",
@@ -69,7 +69,7 @@ class JobPageAdmin(JobModelAdmin):
         job = (None, {"fields": (
             "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
             "timeout", "unique_key",
-        )})  # fmt: skip
+        ) + (("trace_display",) if obj is not None and obj.trace else ())})  # fmt: skip
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
         # completed_at is when the job reached its final status: named for that status.
@@ -87,6 +87,11 @@ class JobPageAdmin(JobModelAdmin):
                 return [job, error, data, timing, worker]
             return [job, data, error, timing, worker]
         return [job, data, timing, worker]
+
+    @admin.display(description=_("trace id"))
+    def trace_display(self, obj: Job) -> str:
+        """The OpenTelemetry trace of the code that enqueued the job, to look it up."""
+        return tracing.trace_id(obj.trace) or "-"
 
     @admin.display(description=_("failed at"))
     def failed_at_display(self, obj: Job) -> str:
