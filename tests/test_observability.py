@@ -438,6 +438,26 @@ def test_every_log_line_about_a_job_carries_the_job(caplog: pytest.LogCaptureFix
     assert attempts == [1, 2]
 
 
+def test_a_hook_that_raises_is_logged_with_the_job(caplog: pytest.LogCaptureFixture) -> None:
+    from django_sqlq.registry import JobContext
+    from django_sqlq.worker.hooks import call_hook
+
+    def hook(context: JobContext) -> None:
+        raise RuntimeError(f"hook of job {context.job_id}")
+
+    context = JobContext(
+        job_id=7, type="t", queue="emails", attempt=2, max_attempts=5, worker_id="w"
+    )
+    call_hook("w", hook, context)
+    [record] = [r for r in caplog.records if "hook raised" in r.getMessage()]
+    assert {name: getattr(record, name) for name in JOB_FIELDS} == {
+        "job_id": 7,
+        "job_type": "t",
+        "job_queue": "emails",
+        "job_attempt": 2,
+    }
+
+
 def test_a_json_formatter_gets_the_job_fields(caplog: pytest.LogCaptureFixture) -> None:
     """The how-to's formatter: the extras are plain attributes of the record."""
 
