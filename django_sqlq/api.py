@@ -4,6 +4,7 @@ transaction (same database) or on its commit (another database)."""
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -12,7 +13,7 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from django_sqlq import lifecycle, registry, validation
+from django_sqlq import lifecycle, registry, tracing, validation
 from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
@@ -24,9 +25,13 @@ from django_sqlq.exceptions import (
     UnknownQueueError,
 )
 from django_sqlq.jsoncodec import encode_json as encode_json  # re-exported (older imports)
+from django_sqlq.logs import job_extra
 from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobStatus
 
 Target = str | Callable[..., Any]
+
+# A DEBUG line per job written, with the job in ``extra`` (see django_sqlq.logs).
+logger = logging.getLogger("django_sqlq.enqueue")
 
 # Jobs per INSERT in bulk_enqueue: large enough to amortise the round trip, small enough to
 # keep one statement's memory and lock time modest.
@@ -134,6 +139,7 @@ def _insert(
         "timeout": first.timeout,
         "scheduled_at": first.scheduled_at if isinstance(first.scheduled_at, datetime) else None,
         "unique_key": None,
+        "trace": first.trace,
     }
     if len(jobs) == 1 and first.unique_key is None:
         row = ops.insert_one(payload=_json_of(first), fields=fields, delay_seconds=delay_seconds)
@@ -268,6 +274,14 @@ def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:
     job._state.adding = False
     job._state.db = alias
     job.created = True
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "Job id=%s type=%s enqueued on queue %s",
+            job.pk,
+            job.type,
+            job.queue,
+            extra=job_extra(job.pk, job.type, job.queue, job.attempts),
+        )
 
 
 def _submit(
@@ -276,6 +290,21 @@ def _submit(
     using: str | None,
     delay_seconds: float | None = None,
     unique_for: float | None = None,
+) -> None:
+    tracer = tracing.tracer() if tracing.ENABLED else None
+    if tracer is None:
+        _submit_untraced(queue_alias, jobs, using, delay_seconds, unique_for)
+    else:
+        with tracing.sending(tracer, jobs, jobs[0].queue, jobs[0].type):
+            _submit_untraced(queue_alias, jobs, using, delay_seconds, unique_for)
+
+
+def _submit_untraced(
+    queue_alias: str,
+    jobs: list[Job],
+    using: str | None,
+    delay_seconds: float | None,
+    unique_for: float | None,
 ) -> None:
     caller = _caller_alias(queue_alias, using)
     if caller is None or caller == queue_alias:

@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_DATABASE": None,
     "QUEUE_LIMITS": {},
     "SCHEDULE": {},
+    "METRICS_TOKEN": None,
 }
 
 TESTING_MODES = (None, "inline")
@@ -69,6 +70,7 @@ class Settings:
     QUEUE_LIMITS: Mapping[str, QueueLimit] = field(default_factory=dict)
     # Recurring jobs, by name: the raw entries (django_sqlq.schedules validates them).
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
+    METRICS_TOKEN: str | None = None
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -171,6 +173,15 @@ def _schedule(schedule: Any) -> dict[str, Any]:
     return dict(schedule)
 
 
+def _check_token(token: Any) -> str | None:
+    if token is not None and (not isinstance(token, str) or len(token.strip()) < 16):
+        raise ConfigurationError(
+            "SQLQ['METRICS_TOKEN'] must be None or a secret string of at least 16 characters "
+            "(the bearer token Prometheus sends to the metrics view)."
+        )
+    return token
+
+
 def _read(user: Any) -> Settings:
     if not isinstance(user, Mapping):
         raise ConfigurationError("settings.SQLQ must be a dict.")
@@ -208,6 +219,7 @@ def _read(user: Any) -> Settings:
         raise ConfigurationError(
             "SQLQ['LISTEN_DATABASE'] must be None or a database alias (a string)."
         )
+    token = _check_token(merged["METRICS_TOKEN"])
     pragmas = merged["SQLITE_PRAGMAS"]
     _check_pragmas(pragmas)
     if merged["TESTING"] not in TESTING_MODES:
@@ -245,4 +257,5 @@ def _read(user: Any) -> Settings:
         LISTEN_DATABASE=listen,
         QUEUE_LIMITS=parse_queue_limits(merged["QUEUE_LIMITS"]),
         SCHEDULE=schedule,
+        METRICS_TOKEN=token,
     )

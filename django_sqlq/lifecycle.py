@@ -227,8 +227,9 @@ def release(
     return ops_for(alias).release(job_ids, worker_id=worker_id, now=now)
 
 
-def reap(alias: str, *, now: datetime | None = None) -> list[tuple[int, str, str, int]]:
-    """processing -> pending (or failed, attempts spent) for every expired lease."""
+def reap(alias: str, *, now: datetime | None = None) -> list[tuple[int, str, str, int, str]]:
+    """processing -> pending (or failed, attempts spent) for every expired lease. Returns
+    (id, type, new status, attempts, queue) of each."""
     return ops_for(alias).reap(now=now)
 
 

@@ -158,6 +158,15 @@ class Job(models.Model):
         max_length=255, null=True, blank=True
     )
     progress_at = models.DateTimeField(null=True, blank=True)
+    # The enqueuing request's trace context (W3C ``traceparent``/``tracestate``, as JSON
+    # text), written only when OpenTelemetry is installed: the worker's run span continues
+    # that trace (django_sqlq.tracing).
+    trace = models.TextField(  # noqa: DJ001
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("The trace context of the code that enqueued the job (OpenTelemetry)."),
+    )
 
     #: Set on the Jobs that ``enqueue()`` and ``bulk_enqueue()`` return: True when the call
     #: wrote this row, False when it returned an existing job with the same ``unique_key``
@@ -280,22 +289,40 @@ class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
                 "queues": queues,
                 "concurrency": concurrency,
                 "stopped_at": None,
+                "stats": {},  # a worker id used again starts its counts again
             },
         )
 
-    def heartbeat(self, worker_id: str, *, jobs_done: int, jobs_failed: int) -> int:
+    def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        jobs_done: int,
+        jobs_failed: int,
+        stats: dict[str, Any] | None = None,
+    ) -> int:
         """Record that the worker is alive, with its counts so far."""
+        extra = {} if stats is None else {"stats": stats}
         return self.filter(worker_id=worker_id).update(
-            last_seen_at=DatabaseNow(), jobs_done=jobs_done, jobs_failed=jobs_failed
+            last_seen_at=DatabaseNow(), jobs_done=jobs_done, jobs_failed=jobs_failed, **extra
         )
 
-    def deregister(self, worker_id: str, *, jobs_done: int, jobs_failed: int) -> int:
+    def deregister(
+        self,
+        worker_id: str,
+        *,
+        jobs_done: int,
+        jobs_failed: int,
+        stats: dict[str, Any] | None = None,
+    ) -> int:
         """Record that the worker stopped, with its final counts."""
+        extra = {} if stats is None else {"stats": stats}
         return self.filter(worker_id=worker_id).update(
             stopped_at=DatabaseNow(),
             last_seen_at=DatabaseNow(),
             jobs_done=jobs_done,
             jobs_failed=jobs_failed,
+            **extra,
         )
 
 
@@ -312,6 +339,10 @@ class WorkerProcess(models.Model):
     stopped_at = models.DateTimeField(null=True, blank=True)
     jobs_done = models.PositiveBigIntegerField(default=0)
     jobs_failed = models.PositiveBigIntegerField(default=0)
+    # Per queue: attempts completed/failed/retried and the histograms of run time and
+    # pickup latency, cumulative since the worker started (django_sqlq.worker.stats); the
+    # Prometheus view sums them over the workers.
+    stats = models.JSONField(default=dict, blank=True)
 
     objects: ClassVar[WorkerProcessQuerySet] = QueueDatabaseManager.from_queryset(  # type: ignore[assignment]
         WorkerProcessQuerySet

@@ -34,6 +34,7 @@ from django_sqlq.conf import get_settings
 from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.exceptions import UnknownHandlerError
 from django_sqlq.jsoncodec import encode_json
+from django_sqlq.logs import extra_for
 from django_sqlq.models import Job, JobQuerySet, JobStatus
 from django_sqlq.worker.hooks import job_context
 
@@ -371,6 +372,7 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
             info.exception_class,
             info.message,
             status,
+            extra=extra_for(claimed),
         )
     if handler is not None and handler.on_finish is not None and status is not None:
         _hook(handler.on_finish, context, status, outcome)

@@ -59,7 +59,7 @@ def test_expired_lease_goes_back_to_pending_and_counts_as_an_attempt():
     assert [c.id for c in claimed] == [job.pk]
     assert lifecycle.reap("default", now=now + timedelta(seconds=4)) == []
     reaped = lifecycle.reap("default", now=now + timedelta(seconds=6))
-    assert reaped == [(job.pk, "tests.noop", "pending", 1)]
+    assert reaped == [(job.pk, "tests.noop", "pending", 1, "default")]
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING
     assert "Lease expired: worker dead" in job.last_error

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from django_sqlq import dashboard
+from django_sqlq import dashboard, tracing
 from django_sqlq.admin.actions import PAGE_ACTIONS
 from django_sqlq.admin.display import (
     admin_links,
@@ -47,7 +47,8 @@ class JobPageAdmin(JobModelAdmin):
     change_form_template = "admin/django_sqlq/job/change_form.html"
     readonly_fields = (
         "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
-        "timeout", "unique_key", "progress_page_display", "payload_display", "result_display",
+        "timeout", "unique_key", "progress_page_display", "trace_display", "payload_display",
+        "result_display",
         "last_error_display", "errors_display",
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
         "failed_at_display", "cancelled_at_display",
@@ -76,6 +77,7 @@ class JobPageAdmin(JobModelAdmin):
             "id", "uuid", "type", "queue", "status_display", "priority", "attempts_display",
             "timeout", "unique_key",
             *(("progress_page_display",) if obj is not None and obj.progress is not None else ()),
+            *(("trace_display",) if obj is not None and obj.trace else ()),
         )})  # fmt: skip
         data = (_("Payload and result"), {"fields": ("payload_display", "result_display")})
         error = (_("Error"), {"fields": ("last_error_display", "errors_display")})
@@ -99,6 +101,11 @@ class JobPageAdmin(JobModelAdmin):
     def progress_page_display(self, obj: Job) -> SafeString:
         when = local_datetime(obj.progress_at)
         return format_html('{} <span class="sqlq-quiet">({})</span>', progress_bar(obj), when)
+
+    @admin.display(description=_("trace id"))
+    def trace_display(self, obj: Job) -> str:
+        """The OpenTelemetry trace of the code that enqueued the job, to look it up."""
+        return tracing.trace_id(obj.trace) or "-"
 
     @admin.display(description=_("failed at"))
     def failed_at_display(self, obj: Job) -> str:

@@ -70,6 +70,9 @@ RECENTLY_FINISHED_SQL = (
 )
 
 
+#: Enqueue options an INSERT writes as NULL when the fields leave them out.
+OPTIONAL_FIELDS = ("unique_key", "trace")
+
 # ``errors`` keeps the entries of the last attempts only: a job retried for ever (a huge
 # max_attempts) would otherwise grow its row by an entry (up to ~68 KB) per attempt.
 MAX_ERROR_ENTRIES = 50
@@ -604,9 +607,11 @@ class QueueOps:
         self, fields: dict[str, Any], delay_seconds: float | None
     ) -> dict[str, Any]:
         """The parameters of an INSERT of new jobs with ``fields``, but their payloads."""
-        # Only a unique enqueue's fields hold a unique_key; every other field is given.
-        params = {name: fields[name] for name in FIELD_COLUMNS if name != "unique_key"}
-        params["unique_key"] = fields.get("unique_key")
+        # Only a unique enqueue's fields hold a unique_key, only a traced one's a trace;
+        # every other field is given.
+        params = {name: fields[name] for name in FIELD_COLUMNS if name not in OPTIONAL_FIELDS}
+        for name in OPTIONAL_FIELDS:
+            params[name] = fields.get(name)
         scheduled = fields.get("scheduled_at")
         if scheduled is not None:
             scheduled = self.connection.ops.adapt_datetimefield_value(scheduled)
@@ -730,9 +735,9 @@ class QueueOps:
         """SQL for ``later - earlier`` in seconds (two timestamps)."""
         raise NotImplementedError
 
-    def reap(self, *, now: datetime | None = None) -> list[tuple[int, str, str, int]]:
+    def reap(self, *, now: datetime | None = None) -> list[tuple[int, str, str, int, str]]:
         """Return jobs whose lease ran out to pending (or failed once their attempts are
-        spent). Returns (id, type, new status, attempts) for each."""
+        spent). Returns (id, type, new status, attempts, queue) for each."""
         now_sql = self.now_sql()
         spent = "attempts >= max_attempts"
         message = (
@@ -754,11 +759,11 @@ class QueueOps:
             # A processing row without a lease was set so by hand: nobody renews it either.
             f"WHERE status = 'processing' "
             f"AND (lease_expires_at < {now_sql} OR lease_expires_at IS NULL) "
-            f"RETURNING id, type, status, attempts"
+            f"RETURNING id, type, status, attempts, queue"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"now": self.clock(now)})
-            return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
+            return [(row[0], row[1], row[2], row[3], row[4]) for row in cursor.fetchall()]
 
     def lease_error_sql(self) -> str:
         raise NotImplementedError

@@ -24,6 +24,7 @@ class ClaimedJob(NamedTuple):
     timeout: float | None
     priority: int
     scheduled_at: Any
+    trace: str | None = None  # the enqueuer's trace context (django_sqlq.tracing)
 
 
 class New(enum.Enum):
@@ -69,6 +70,7 @@ JOB_COLUMNS: Final[dict[str, New | str | None]] = {
     "progress": None,
     "progress_message": None,
     "progress_at": None,
+    "trace": New.FIELD,
 }
 
 #: The columns an INSERT writes, in order.

@@ -201,7 +201,12 @@ class Claimer:
             ops_for(self.database).notify(sorted({job.queue for job in stale}))
         except DatabaseError:
             # Not given back: run them here after all, once a thread is free.
-            logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
+            logger.exception(
+                "Worker %s could not give back jobs %s",
+                self.worker_id,
+                ids,
+                extra={"job_ids": ids},
+            )
             pool.inbox.put_many(stale)
             return
         worker.held.discard(ids)
@@ -214,6 +219,7 @@ class Claimer:
             self.worker_id,
             len(stale),
             PREFETCH_HOLD,
+            extra={"job_ids": ids},
         )
 
     def release_unstarted(self) -> None:
@@ -240,13 +246,24 @@ class Claimer:
                 ),
             )
         except DatabaseError:
-            logger.exception("Worker %s could not give back jobs %s", self.worker_id, ids)
+            logger.exception(
+                "Worker %s could not give back jobs %s",
+                self.worker_id,
+                ids,
+                extra={"job_ids": ids},
+            )
             return
         worker.held.discard(ids)
         worker.queue_control.finished(job.queue for job in unstarted)
         with pool.busy_lock:
             pool.busy -= len(unstarted)
-        logger.info("Worker %s gave back %d unstarted job(s): %s", self.worker_id, released, ids)
+        logger.info(
+            "Worker %s gave back %d unstarted job(s): %s",
+            self.worker_id,
+            released,
+            ids,
+            extra={"job_ids": ids},
+        )
 
     def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
         """Log a database error, drop the connection if it is broken, and back off."""

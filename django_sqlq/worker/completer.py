@@ -22,6 +22,7 @@ from django.db import DatabaseError
 from django_sqlq import lifecycle, registry
 from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.exceptions import JobInterruptedError
+from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
 from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.retry import reset_connection, with_retry
@@ -104,6 +105,7 @@ class Completer:
                     "retried once its lease runs out",
                     self.worker_id,
                     batch[0].job.id,
+                    extra=extra_for(batch[0].job),
                 )
             return
         self.held.discard(item.job.id for item in batch)
@@ -127,9 +129,11 @@ class Completer:
                 job.id,
                 job.type,
                 job.attempts,
+                extra=extra_for(job),
             )
         else:
             self.jobs_done += 1
+            self.worker.stats.completed(job.queue)
             if log:
                 job_logger.info(
                     "Job id=%s type=%s completed in %.3fs attempt=%d",
@@ -137,6 +141,7 @@ class Completer:
                     job.type,
                     item.elapsed,
                     job.attempts,
+                    extra=extra_for(job),
                 )
         if item.handler.on_finish is not None:
             call_hook(
@@ -200,6 +205,7 @@ class Completer:
                     job.id,
                     type(exc).__name__,
                     exc,
+                    extra=extra_for(job),
                 )
                 reset_connection(self.database)
                 status = with_retry(worker, "fail", write)
@@ -222,6 +228,7 @@ class Completer:
         self.jobs_failed += 1
         if status != JobStatus.FAILED:
             self.jobs_retried += 1
+        worker.stats.failed(job.queue, retried=status != JobStatus.FAILED)
         if status == JobStatus.SCHEDULED and retry_in is not None:
             worker.staging.retry_scheduled(retry_in)
         if status == JobStatus.FAILED:
@@ -233,6 +240,7 @@ class Completer:
                 job.max_attempts,
                 error.exception_class,
                 error.message,
+                extra=extra_for(job),
             )
         else:
             logger.warning(
@@ -244,6 +252,7 @@ class Completer:
                 error.exception_class,
                 error.message,
                 retry_in,
+                extra=extra_for(job),
             )
         return status
 
@@ -266,6 +275,7 @@ class Completer:
                     job.id,
                     type(exc).__name__,
                     exc,
+                    extra=extra_for(job),
                 )
                 continue
             if status is None:
@@ -292,4 +302,5 @@ class Completer:
             job.id,
             job.type,
             job.attempts,
+            extra=extra_for(job),
         )

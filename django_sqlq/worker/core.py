@@ -53,6 +53,7 @@ from django_sqlq.worker.queuecontrol import QueueControl
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 from django_sqlq.worker.staging import Stager
 from django_sqlq.worker.startup import WorkerError, check_ready, unreachable
+from django_sqlq.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_sqlq.worker")
 # A line per job (started: DEBUG, finished: INFO). sqlq_worker shows them from -v 2; at the
@@ -139,6 +140,7 @@ class Worker:
         self.held = HeldJobs()
         self.controls = JobControls(self)
         self.queue_control = QueueControl(self, queue_limits)
+        self.stats = WorkerStats()  # per queue, for the Prometheus view (django_sqlq.metrics)
         self.staging = Stager(self)
         self.completer = Completer(self)
         self.pool = RunnerPool(self)
@@ -279,7 +281,10 @@ class Worker:
     def _unregister(self) -> None:
         try:
             WorkerProcess.objects.using(self.database).deregister(
-                self.worker_id, jobs_done=self.jobs_done, jobs_failed=self.jobs_failed
+                self.worker_id,
+                jobs_done=self.jobs_done,
+                jobs_failed=self.jobs_failed,
+                stats=self.stats.as_json(),
             )
         except DatabaseError as exc:
             logger.warning("Worker %s could not record its stop: %s", self.worker_id, exc)

@@ -10,6 +10,7 @@ from typing import Any
 from django_sqlq import registry
 from django_sqlq.control import JobControl
 from django_sqlq.db.base import ClaimedJob
+from django_sqlq.logs import job_extra
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -30,9 +31,16 @@ def job_context(
 
 
 def call_hook(worker_id: str, hook: Callable[..., None] | None, *args: Any) -> None:
+    """Call ``hook(context, ...)``; log what it raises, with the job (its first argument)."""
     if hook is None:
         return
     try:
         hook(*args)
     except Exception:
-        logger.exception("Worker %s: a handler hook raised", worker_id)
+        context = args[0] if args else None
+        extra = (
+            job_extra(context.job_id, context.type, context.queue, context.attempt)
+            if isinstance(context, registry.JobContext)
+            else None
+        )
+        logger.exception("Worker %s: a handler hook raised", worker_id, extra=extra)

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from django.utils import timezone, translation
 
-from django_sqlq import lifecycle, registry
+from django_sqlq import lifecycle, registry, tracing
 from django_sqlq.control import JobControl
 from django_sqlq.db.base import ClaimedJob
 from django_sqlq.exceptions import JobCancelled, PayloadError
 from django_sqlq.jsoncodec import decode_json, encode_json
+from django_sqlq.logs import extra_for
 from django_sqlq.worker.completer import FLUSH_BATCH, Done
 from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.inbox import STOP, Inbox
@@ -101,6 +102,7 @@ class RunnerPool:
                         "retried once its lease runs out",
                         self.worker_id,
                         job.id,
+                        extra=extra_for(job),
                     )
                     self.worker.held.discard([job.id])
                 finally:
@@ -122,10 +124,28 @@ class RunnerPool:
             connections.close_all()
 
     def _process(self, job: ClaimedJob) -> None:
+        tracer = tracing.tracer() if tracing.ENABLED else None
+        if tracer is None:
+            self._process_untraced(job)
+            return
+        with tracing.processing(tracer, job) as span:
+            outcome, value = self._process_untraced(job)
+            if outcome != "completed":
+                tracing.failed(span, getattr(value, "exception", None), _describe(value))
+
+    def _process_untraced(self, job: ClaimedJob) -> tuple[str, Any]:
         self.running[job.id] = job
         control = self.worker.controls.begin(job.id, job.attempts)
+        started_wall = time.time()
         started = time.monotonic()
-        job_logger.debug("Job id=%s type=%s attempt=%d started", job.id, job.type, job.attempts)
+        if job_logger.isEnabledFor(logging.DEBUG):
+            job_logger.debug(
+                "Job id=%s type=%s attempt=%d started",
+                job.id,
+                job.type,
+                job.attempts,
+                extra=extra_for(job),
+            )
         handler: registry.Handler | None = None
         try:
             if job.attempts > job.max_attempts:
@@ -156,6 +176,7 @@ class RunnerPool:
         self.avg_runtime = (
             elapsed if self.avg_runtime is None else 0.8 * self.avg_runtime + 0.2 * elapsed
         )
+        self.worker.stats.ran(job.queue, job.scheduled_at, started_wall, elapsed)
         if outcome == "completed" and handler is not None:
             # Buffered for the main thread to write in batches (Completer.flush). Appended
             # here rather than through a method of the completer: a call per job costs.
@@ -164,7 +185,7 @@ class RunnerPool:
                 if not completer.pending:
                     completer.since = time.monotonic()
                 completer.pending.append(Done(job, value, handler, elapsed))
-            return
+            return outcome, value
         retry = outcome == "failed" and job.attempts <= job.max_attempts
         # Cancelled while it ran (whatever the handler raised: JobCancelled at a checkpoint,
         # CancelledError in an async task, or any error), or cancelled by its own handler.
@@ -173,6 +194,7 @@ class RunnerPool:
         if status is not None and handler is not None:
             context = job_context(job, self.worker_id, self.database, control)
             call_hook(self.worker_id, handler.on_finish, context, status, value)
+        return outcome, value
 
     def _call_handler(
         self, job: ClaimedJob, handler: registry.Handler, control: JobControl
@@ -222,6 +244,13 @@ class RunnerPool:
                 )
                 return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
         return "completed", result
+
+
+def _describe(value: Any) -> str:
+    """An attempt's error, for its span's status."""
+    if isinstance(value, lifecycle.ErrorInfo):
+        return f"{value.exception_class}: {value.message}"
+    return str(value)
 
 
 def _spent(job: ClaimedJob) -> lifecycle.ErrorInfo:

@@ -88,6 +88,9 @@ SQLQ = {
             "missed": "run_once",  # after downtime, run the last missed night once
         },
     },
+    # The bearer token Prometheus sends to /sqlq/metrics (see urls.py). Unset, only staff
+    # who may view jobs can read the metrics. A real site reads it from its environment.
+    "METRICS_TOKEN": os.environ.get("SQLQ_METRICS_TOKEN") or None,
 }
 
 # Show what the worker does on the console.

@@ -96,3 +96,13 @@ class NightlyReportTests(TestCase):
         page = self.client.get("/admin/django_sqlq/scheduletick/")
         self.assertContains(page, "nightly-sales-report")
         self.assertContains(page, "Europe/Paris")
+
+
+class MetricsTests(TestCase):
+    """The opt-in Prometheus view that urls.py includes."""
+
+    def test_the_metrics_url_is_included_and_closed_to_anonymous_clients(self):
+        from django.urls import reverse
+
+        self.assertEqual(reverse("django_sqlq:metrics"), "/sqlq/metrics")
+        self.assertEqual(self.client.get("/sqlq/metrics").status_code, 403)

@@ -5,11 +5,10 @@
 - ``reaper``: returns expired leases (of dead workers) to the queue.
 - ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
 - ``control``: the cancel requests among the running jobs, and their progress.
-
 - ``scheduler``: enqueues the ticks of recurring jobs, each once across all workers.
 - ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
 
-A new duty (the pruner of finished jobs, the recurring-job scheduler) is a
+A new duty (such as the pruner of finished jobs) is a
 ``PeriodicService`` in a module of its own here, listed in ``Worker.services``: the worker
 starts these with its runners and stops them once the runners are done.
 """

@@ -78,7 +78,10 @@ class Heartbeat(PeriodicService):
                     job_ids=held,
                 )
             WorkerProcess.objects.using(worker.database).heartbeat(
-                worker.worker_id, jobs_done=worker.jobs_done, jobs_failed=worker.jobs_failed
+                worker.worker_id,
+                jobs_done=worker.jobs_done,
+                jobs_failed=worker.jobs_failed,
+                stats=worker.stats.as_json(),
             )
             if time.monotonic() - self.last_reap >= self.reap_every:
                 self.last_reap = time.monotonic()

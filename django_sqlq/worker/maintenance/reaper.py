@@ -11,6 +11,7 @@ from django.db import DatabaseError
 
 from django_sqlq import lifecycle
 from django_sqlq.db import is_missing_table
+from django_sqlq.logs import job_extra
 from django_sqlq.worker.retry import reset_connection
 
 if TYPE_CHECKING:
@@ -33,13 +34,14 @@ class Reaper:
             logger.warning("Worker %s: reaping expired leases failed: %s", worker.worker_id, exc)
             reset_connection(worker.database)
             return
-        for job_id, job_type, status, attempts in reaped:
+        for job_id, job_type, status, attempts, queue in reaped:
             logger.warning(
                 "Job id=%s type=%s: lease expired during attempt %d; now %s",
                 job_id,
                 job_type,
                 attempts,
                 status,
+                extra=job_extra(job_id, job_type, queue, attempts),
             )
         if reaped:
             worker.wake()
