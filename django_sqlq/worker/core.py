@@ -10,7 +10,8 @@ Threads, each with its own database connection:
   attempt at once (fenced by worker id and attempt number);
 - the maintenance services (``maintenance``): the heartbeat renews the leases of all the
   jobs this worker holds in one statement (until the last running job is finished, also
-  after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs.
+  after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs;
+  the pruner deletes finished jobs older than ``KEEP_FINISHED``.
 
 Signal handlers (``signals``) only set an event. On stop the worker claims nothing more,
 lets running jobs finish, gives back jobs it claimed but did not start, and returns. A
@@ -37,7 +38,14 @@ from django_sqlq.conf import Settings, get_settings
 from django_sqlq.models import WorkerProcess
 from django_sqlq.worker.claimer import Claimer
 from django_sqlq.worker.completer import Completer
-from django_sqlq.worker.maintenance import Heartbeat, HeldJobs, Reaper, Service, Tidier
+from django_sqlq.worker.maintenance import (
+    Heartbeat,
+    HeldJobs,
+    Pruner,
+    Reaper,
+    Service,
+    Tidier,
+)
 from django_sqlq.worker.pool import RunnerPool
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 from django_sqlq.worker.staging import Stager
@@ -124,9 +132,9 @@ class Worker:
         self.reaper = Reaper(self)
         self.heartbeat = Heartbeat(self)
         self.claimer = Claimer(self)
-        # Maintenance started with the runners, stopped once they are done: the slot for
-        # the pruner and the recurring-job scheduler.
-        self.services: list[Service] = [self.heartbeat]
+        self.pruner = Pruner(self)
+        # Maintenance started with the runners, stopped once they are done.
+        self.services: list[Service] = [self.heartbeat, self.pruner]
 
     @property
     def jobs_claimed(self) -> int:

@@ -4,6 +4,8 @@
   row in the workers table; runs the reaper.
 - ``reaper``: returns expired leases (of dead workers) to the queue.
 - ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
+- ``pruner``: deletes finished jobs older than ``KEEP_FINISHED`` (one pruner at a time
+  across all workers, by a lease in the maintenance table).
 - ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
 
 A new duty (the pruner of finished jobs, the recurring-job scheduler) is a
@@ -12,8 +14,17 @@ starts these with its runners and stops them once the runners are done.
 """
 
 from django_sqlq.worker.maintenance.heartbeat import Heartbeat, HeldJobs
+from django_sqlq.worker.maintenance.pruner import Pruner
 from django_sqlq.worker.maintenance.reaper import Reaper
 from django_sqlq.worker.maintenance.service import PeriodicService, Service
 from django_sqlq.worker.maintenance.tidier import Tidier
 
-__all__ = ["Heartbeat", "HeldJobs", "PeriodicService", "Reaper", "Service", "Tidier"]
+__all__ = [
+    "Heartbeat",
+    "HeldJobs",
+    "PeriodicService",
+    "Pruner",
+    "Reaper",
+    "Service",
+    "Tidier",
+]
