@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -106,6 +107,11 @@ SQLQ = {
     # Worker processes of tests that need a backoff set SQLQ_TEST_RETRY_BACKOFF_BASE.
     "RETRY_BACKOFF_BASE": float(os.environ.get("SQLQ_TEST_RETRY_BACKOFF_BASE", "0")),
 }
+# Worker processes of the retention tests prune often, with their own KEEP_FINISHED (JSON).
+if os.environ.get("SQLQ_TEST_KEEP_FINISHED"):
+    SQLQ["KEEP_FINISHED"] = json.loads(os.environ["SQLQ_TEST_KEEP_FINISHED"])
+if os.environ.get("SQLQ_TEST_PRUNE_INTERVAL"):
+    SQLQ["PRUNE_INTERVAL"] = float(os.environ["SQLQ_TEST_PRUNE_INTERVAL"])
 
 LOGGING = {
     "version": 1,
