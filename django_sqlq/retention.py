@@ -187,7 +187,7 @@ def _record(alias: str, holder: str, result: PruneResult, now: datetime | None) 
         last_run_at=now or DatabaseNow(),
         last_run_by=holder,
         last_deleted=result.total,
-        last_details=result.deleted,
+        last_details={status: n for status, n in result.deleted.items() if n},
         last_seconds=round(result.seconds, 3),
         total_deleted=F("total_deleted") + result.total,
     )
