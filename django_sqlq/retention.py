@@ -6,11 +6,12 @@ and ``manage.py sqlq_prune``:
 - at most one pass at a time across all workers and hosts: the pass holds the ``prune`` row
   of the maintenance table (``Maintenance``) as a lease, renewed after each batch; a dead
   pruner's lease runs out after ``LEASE_SECONDS`` and another takes over;
-- per finished status, the oldest rows first, ``BATCH_SIZE`` rows per statement: each batch is
-  its own short transaction (on SQLite a write lock held for milliseconds; on PostgreSQL row
-  locks on finished rows only, which claims never wait for, taken with SKIP LOCKED); between
-  batches the pass rests at least as long as the batch took, so it never has more than half
-  of the database's write time;
+- per finished status, the oldest rows first, in batches of ``BATCH_SIZE`` rows to start
+  with, then as many as hold the locks for about ``HOLD_TARGET`` (20 ms): each batch is its
+  own short transaction (on SQLite the write lock; on PostgreSQL row locks on finished rows
+  only, which claims never wait for, taken with SKIP LOCKED); between batches the pass rests
+  at least as long as the batch held them, so it never has more than half of the database's
+  write time;
 - scheduled, pending and processing rows are never deleted: the statuses are literals checked
   against ``statuses.FINISHED`` where the SQL is written (``QueueOps.prune``);
 - on SQLite with ``auto_vacuum = INCREMENTAL``, the freed pages are then given back to the
@@ -29,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import IntegrityError, connections
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F
 
 from django_sqlq import statuses
@@ -40,8 +41,10 @@ from django_sqlq.models import Maintenance
 logger = logging.getLogger("django_sqlq.retention")
 
 PRUNE_DUTY = "prune"
-#: Rows deleted per statement.
+#: Rows deleted per statement, to start with; then as many as take about HOLD_TARGET seconds.
 BATCH_SIZE = 1000
+#: How long one batch should hold the write lock (SQLite) or its row locks.
+HOLD_TARGET = 0.02
 #: How long a pass holds the duty without renewing it (it renews after every batch).
 LEASE_SECONDS = 60.0
 #: Pages SQLite's incremental vacuum frees per step (4 KiB pages: 8 MiB).
@@ -144,27 +147,39 @@ class _Batches:
     stop: threading.Event | None
 
     def prune(self, status: str, seconds: float, result: PruneResult) -> None:
-        """Delete ``status``'s rows due for pruning, batch by batch, resting between."""
+        """Delete ``status``'s rows due for pruning, batch by batch, resting between.
+
+        Each batch is a transaction of its own; on SQLite, ``atomic()`` begins it with BEGIN
+        IMMEDIATE, which waits for the write lock, so the time from there to the commit is
+        the time the batch held the lock. The batch size follows it, towards HOLD_TARGET (from
+        a tenth of ``batch_size`` to ten times it), and the rest between two batches is as long
+        as the last one held the lock: the waits for the lock (long on a busy SQLite database,
+        whose writers poll for it) slow the pass down but never shrink the others' share."""
         ops = ops_for(self.alias)
+        limit = self.batch_size
+        low, high = max(1, self.batch_size // 10), self.batch_size * 10
         while True:
-            batch_started = time.monotonic()
-            deleted = ops.prune(
-                status=status,
-                keep_seconds=seconds,
-                queues=self.queues,
-                limit=self.batch_size,
-                now=self.now,
-            )
+            with transaction.atomic(using=self.alias):
+                holding = time.monotonic()
+                deleted = ops.prune(
+                    status=status,
+                    keep_seconds=seconds,
+                    queues=self.queues,
+                    limit=limit,
+                    now=self.now,
+                )
+            held = time.monotonic() - holding
             result.deleted[status] += deleted
-            if deleted < self.batch_size:
+            if deleted < limit:
                 return
+            limit = max(low, min(high, int(limit * HOLD_TARGET / max(held, 0.001))))
             if not ops.take_lease(
                 PRUNE_DUTY, holder=self.holder, seconds=LEASE_SECONDS, now=self.now
             ):
                 logger.warning("Pruner %s lost its lease; stopping this pass", self.holder)
                 result.complete = False
                 return
-            if _rest(self.stop, max(MIN_PAUSE, time.monotonic() - batch_started)):
+            if _rest(self.stop, max(MIN_PAUSE, held)):
                 result.complete = False
                 return
 
