@@ -73,6 +73,9 @@ STATIC_URL = "static/"
 # The job queue. Every key is optional; see the reference docs for the rest.
 SQLQ = {
     "QUEUES": ["default"],
+    # The workers delete finished jobs after this long: receipts sent a day ago are of no
+    # interest, failures are kept a month for someone to look at (docs: howto/retention.md).
+    "KEEP_FINISHED": {"completed": 86400, "failed": 30 * 86400, "cancelled": 7 * 86400},
 }
 
 # Show what the worker does on the console.
