@@ -2,6 +2,7 @@
 
     python benchmarks/retention.py pass [--dbs sqlite,pg] [--finished 1000000] [--window 15]
     python benchmarks/retention.py size [--dbs sqlite,pg] [--through 1000000] [--every 100000]
+                                        [--pace JOBS_PER_SECOND]
 
 Each runs against a new database (a SQLite file in WAL mode in a temporary directory;
 PostgreSQL database ``bench_retention``, dropped and recreated), with the test suite's
@@ -18,6 +19,7 @@ after it, the pass's duration and rows deleted a second.
 PRUNE_INTERVAL 1 s); every ``--every`` jobs, the jobs table's size and its indexes' (PostgreSQL:
 ``pg_relation_size``, ``pg_indexes_size``, dead tuples; SQLite: the database's pages in use and
 free, and the file's size with its WAL). Prints each sample and the last against the first.
+Jobs are enqueued as fast as the worker drains them, or at ``--pace`` jobs a second.
 
 Run with the virtualenv that runs the tests. The figures in docs/benchmarks.md came from here.
 """
@@ -237,7 +239,7 @@ def sizes() -> dict[str, Any]:
         return {"used": (pages - free) * page, "free": free * page, "file": on_disk}
 
 
-def run_size(through: int, every: int) -> dict[str, Any]:
+def run_size(through: int, every: int, pace: float) -> dict[str, Any]:
     from django_sqlq import bulk_enqueue
     from django_sqlq.models import Job
 
@@ -257,8 +259,9 @@ def run_size(through: int, every: int) -> dict[str, Any]:
                 next_sample += every
             if done >= through:
                 break
-            if waiting < 5_000 and enqueued < through:
-                batch = min(10_000, through - enqueued)
+            paced = pace <= 0 or enqueued < pace * (time.monotonic() - started)
+            if waiting < 5_000 and enqueued < through and paced:
+                batch = min(10_000 if pace <= 0 else max(1, int(pace / 5)), through - enqueued)
                 bulk_enqueue("tests.noop", [{} for _ in range(batch)])
                 enqueued += batch
             time.sleep(0.2)
@@ -271,7 +274,7 @@ def one(kind: str, args: argparse.Namespace) -> Any:
     setup_django()
     if kind == "pass":
         return run_pass(args.finished, args.window)
-    return run_size(args.through, args.every)
+    return run_size(args.through, args.every, args.pace)
 
 
 def report_pass(db: str, r: dict[str, Any]) -> None:
@@ -307,6 +310,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=15.0)
     parser.add_argument("--through", type=int, default=1_000_000)
     parser.add_argument("--every", type=int, default=100_000)
+    parser.add_argument("--pace", type=float, default=0.0)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # a child process: one engine, its settings from the environment
@@ -330,6 +334,7 @@ def main() -> None:
             child = [sys.executable, __file__, args.kind, "--one", db]
             child += ["--finished", str(args.finished), "--window", str(args.window)]
             child += ["--through", str(args.through), "--every", str(args.every)]
+            child += ["--pace", str(args.pace)]
             out = subprocess.run(
                 child, env=env, stdout=subprocess.PIPE, text=True, check=True
             ).stdout
