@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from django_sqlq import validation
+from django_sqlq import statuses, validation
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.limits import QueueLimit, parse_queue_limits
 
@@ -22,6 +23,9 @@ MAX_INTERVAL = validation.MAX_INTERVAL_SECONDS
 MAX_DELAY = validation.MAX_DELAY_SECONDS
 
 DEFAULT_SQLITE_PRAGMAS: dict[str, str | int] = {
+    # Before journal_mode: it takes effect only on a database without tables (a new one), so
+    # that pruned rows' pages can be given back (the pruner's PRAGMA incremental_vacuum).
+    "auto_vacuum": "incremental",
     "journal_mode": "wal",
     "busy_timeout": 10_000,
     "synchronous": "normal",
@@ -44,7 +48,11 @@ DEFAULTS: dict[str, Any] = {
     "QUEUE_LIMITS": {},
     "SCHEDULE": {},
     "METRICS_TOKEN": None,
+    "PRUNE_INTERVAL": 60.0,
 }
+
+#: The statuses ``KEEP_FINISHED`` may name: those of finished jobs, the only ones pruned.
+PRUNABLE_STATUSES: tuple[str, ...] = statuses.FINISHED
 
 TESTING_MODES = (None, "inline")
 
@@ -60,7 +68,9 @@ class Settings:
     RETRY_BACKOFF: str
     RETRY_BACKOFF_BASE: float
     RETRY_BACKOFF_MAX: float
-    KEEP_FINISHED: int  # validated, read by nothing yet: reserved for pruning (sqlq_prune)
+    #: Seconds to keep finished rows, per status (completed, failed, cancelled); None keeps
+    #: them for ever. The setting may be one number, None or a dict; this is always the dict.
+    KEEP_FINISHED: Mapping[str, int | None]
     POLL_INTERVAL: float
     MAX_PAYLOAD_BYTES: int
     SQLITE_PRAGMAS: Mapping[str, str | int]
@@ -71,6 +81,12 @@ class Settings:
     # Recurring jobs, by name: the raw entries (django_sqlq.schedules validates them).
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
     METRICS_TOKEN: str | None = None
+    PRUNE_INTERVAL: float = 60.0
+
+    @property
+    def prunes(self) -> bool:
+        """Whether any finished status is ever pruned."""
+        return any(keep is not None for keep in self.KEEP_FINISHED.values())
 
     def backoff_function(self) -> Callable[[int], float] | None:
         """The user's dotted-path backoff policy, or None for the built-in exponential one."""
@@ -182,6 +198,40 @@ def _check_token(token: Any) -> str | None:
     return token
 
 
+def _keep_finished(value: Any) -> dict[str, int | None]:
+    """``KEEP_FINISHED``: seconds (one number for every finished status), None (keep for
+    ever), or a dict of status -> seconds or None; a status the dict leaves out keeps the
+    default (7 days). Seconds may be given as a ``timedelta``."""
+
+    def seconds(label: str, item: Any) -> int | None:
+        if item is None:
+            return None
+        if isinstance(item, timedelta):
+            item = item.total_seconds()
+            item = int(item) if item == int(item) else item
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_DELAY:
+            raise ConfigurationError(
+                f"{label} must be None (keep for ever) or an integer between 0 and "
+                f"{MAX_DELAY:g} (seconds), got {item!r}."
+            )
+        return item
+
+    if not isinstance(value, Mapping):
+        return dict.fromkeys(PRUNABLE_STATUSES, seconds("SQLQ['KEEP_FINISHED']", value))
+    unknown = [key for key in value if key not in PRUNABLE_STATUSES]
+    if unknown:
+        raise ConfigurationError(
+            f"SQLQ['KEEP_FINISHED'] has the key {unknown[0]!r}, which is not a finished "
+            f"status: its keys are {', '.join(map(repr, PRUNABLE_STATUSES))} (scheduled, "
+            "pending and processing jobs are never pruned)."
+        )
+    default = DEFAULTS["KEEP_FINISHED"]
+    return {
+        status: seconds(f"SQLQ['KEEP_FINISHED'][{status!r}]", value.get(status, default))
+        for status in PRUNABLE_STATUSES
+    }
+
+
 def _read(user: Any) -> Settings:
     if not isinstance(user, Mapping):
         raise ConfigurationError("settings.SQLQ must be a dict.")
@@ -243,9 +293,7 @@ def _read(user: Any) -> Settings:
         RETRY_BACKOFF_MAX=_number(
             "RETRY_BACKOFF_MAX", merged["RETRY_BACKOFF_MAX"], minimum=0, maximum=MAX_DELAY
         ),
-        KEEP_FINISHED=_number(
-            "KEEP_FINISHED", merged["KEEP_FINISHED"], minimum=0, maximum=MAX_DELAY, integer=True
-        ),
+        KEEP_FINISHED=_keep_finished(merged["KEEP_FINISHED"]),
         POLL_INTERVAL=_number(
             "POLL_INTERVAL", merged["POLL_INTERVAL"], minimum=0.001, maximum=MAX_INTERVAL
         ),
@@ -258,4 +306,7 @@ def _read(user: Any) -> Settings:
         QUEUE_LIMITS=parse_queue_limits(merged["QUEUE_LIMITS"]),
         SCHEDULE=schedule,
         METRICS_TOKEN=token,
+        PRUNE_INTERVAL=_number(
+            "PRUNE_INTERVAL", merged["PRUNE_INTERVAL"], minimum=0.01, maximum=MAX_INTERVAL
+        ),
     )

@@ -9,7 +9,8 @@ of millions of finished rows:
   ``sqlq_job_claim_idx``, ``sqlq_job_lease_idx``, ``sqlq_job_failed_idx``); completed rows are
   never counted;
 - throughput reads the rows that finished in the last day (``completed_at``);
-- choices for the admin's filters read a fixed number of the newest rows (the primary key).
+- choices for the admin's filters read a fixed number of the newest rows (the primary key);
+- retention reads the settings and one row of the maintenance table (the last prune).
 
 Nothing here renders HTML; :mod:`django_sqlq.admin` and its templates do (the charts' bars
 are computed here and drawn by a template as inline SVG).
@@ -31,7 +32,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_sqlq.db import stats
-from django_sqlq.models import Job, JobStatus, WorkerProcess
+from django_sqlq.models import Job, JobStatus, Maintenance, WorkerProcess
 
 # A worker that has not reported for this long is shown as not responding. Workers report
 # at least every 10 seconds (a third of the lease, at most 10 s), so this is 3 missed beats.
@@ -596,3 +597,56 @@ def chart(buckets: Sequence[Bucket], *, label_every: int, label_format: str, uni
         completed=sum(b.completed for b in buckets),
         failed=sum(b.failed for b in buckets),
     )
+
+
+@dataclass(frozen=True)
+class KeptStatus:
+    status: str
+    label: str
+    seconds: int | None
+
+    @property
+    def display(self) -> str:
+        if self.seconds is None:
+            return _("for ever")
+        if self.seconds == 0:
+            return _("pruned at once")
+        return format_age(self.seconds)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What is kept (``KEEP_FINISHED``, per finished status) and the last prune."""
+
+    kept: list[KeptStatus]
+    interval: float
+    last: Maintenance | None
+
+    @property
+    def prunes(self) -> bool:
+        return any(k.seconds is not None for k in self.kept)
+
+    @property
+    def last_details(self) -> str:
+        if self.last is None or not self.last.last_details:
+            return ""
+        details = self.last.last_details
+        return ", ".join(
+            f"{label} {details[status]}"
+            for status, label in JobStatus.choices
+            if status in details
+        )
+
+
+def retention(alias: str) -> Retention:
+    """The dashboard's retention panel: the settings, and one row (the last prune)."""
+    from django_sqlq.conf import get_settings
+
+    conf = get_settings()
+    labels = dict(JobStatus.choices)
+    kept = [
+        KeptStatus(status=status, label=str(labels[status]), seconds=seconds)
+        for status, seconds in conf.KEEP_FINISHED.items()
+    ]
+    last = Maintenance.objects.using(alias).filter(duty="prune").first()
+    return Retention(kept=kept, interval=conf.PRUNE_INTERVAL, last=last)

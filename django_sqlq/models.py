@@ -209,8 +209,17 @@ class Job(models.Model):
             # The operators' list of failures, newest first. Partial: claims and completions
             # never touch it (a plain index on status would be rewritten by every claim).
             models.Index(fields=["-id"], name="sqlq_job_failed_idx", condition=Q(status="failed")),
-            # Throughput over time (the dashboard); pruning old finished rows will use it too.
+            # Throughput over time (the dashboard).
             models.Index(fields=["completed_at"], name="sqlq_job_completed_idx"),
+            # The pruner: a status's oldest finished rows first. Per status, so that pruning
+            # completed jobs after a day never walks the failed ones kept for a month. Partial:
+            # claims never touch it, each job enters it once, when it finishes. The pruner's
+            # statements repeat this condition, so that SQLite's planner can use it.
+            models.Index(
+                fields=["status", "completed_at"],
+                name="sqlq_job_finished_idx",
+                condition=Q(status__in=statuses.FINISHED),
+            ),
             # A key's jobs, finished ones too (unique_for looks among those). Partial: jobs
             # without a key never enter it.
             models.Index(
@@ -419,3 +428,34 @@ class ScheduleTick(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.tick_at.isoformat()}"
+
+
+class Maintenance(models.Model):
+    """One row per maintenance duty that only one worker at a time may do, across hosts (the
+    pruner: ``duty = "prune"``): who holds it now (a lease, which runs out if its holder dies)
+    and what its last run did, for the admin's dashboard. Written by
+    ``django_sqlq.db`` (the lease) and ``django_sqlq.retention`` (the record)."""
+
+    duty = models.CharField(max_length=50, unique=True)
+    holder = models.CharField(max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_by = models.CharField(max_length=255, blank=True, default="")
+    last_deleted = models.PositiveBigIntegerField(
+        default=0, help_text=_("Rows the last run deleted.")
+    )
+    last_details = models.JSONField(
+        default=dict, blank=True, help_text=_("The last run's rows deleted per status.")
+    )
+    last_seconds = models.FloatField(null=True, blank=True)
+    total_deleted = models.PositiveBigIntegerField(default=0)
+
+    objects: ClassVar[models.Manager[Maintenance]] = QueueDatabaseManager()  # type: ignore[assignment]
+
+    class Meta:
+        db_table = "sqlq_maintenance"
+        verbose_name = _("maintenance duty")
+        verbose_name_plural = _("maintenance duties")
+
+    def __str__(self) -> str:
+        return self.duty

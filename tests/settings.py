@@ -109,6 +109,11 @@ SQLQ = {
     # Worker processes of the queue-limit tests get theirs as JSON (tests/test_queue_control.py).
     "QUEUE_LIMITS": json.loads(os.environ.get("SQLQ_TEST_QUEUE_LIMITS", "{}")),
 }
+# Worker processes of the retention tests prune often, with their own KEEP_FINISHED (JSON).
+if os.environ.get("SQLQ_TEST_KEEP_FINISHED"):
+    SQLQ["KEEP_FINISHED"] = json.loads(os.environ["SQLQ_TEST_KEEP_FINISHED"])
+if os.environ.get("SQLQ_TEST_PRUNE_INTERVAL"):
+    SQLQ["PRUNE_INTERVAL"] = float(os.environ["SQLQ_TEST_PRUNE_INTERVAL"])
 
 if os.environ.get("SQLQ_TEST_SCHEDULE"):
     # Worker processes of tests/test_schedules.py: the recurring jobs they run.

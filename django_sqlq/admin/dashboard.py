@@ -1,5 +1,5 @@
 """The queue dashboard's pages: the queue at a glance (per-queue counts, alerts, workers,
-throughput), and the parts of it that refresh themselves. The numbers come from
+throughput, retention), and the parts of it that refresh themselves. The numbers come from
 :mod:`django_sqlq.dashboard`; these views put them in the templates.
 
 The pages are served under the all-jobs admin's URLs (``job/dashboard/``...; the all-jobs
@@ -28,7 +28,7 @@ from django.utils.translation import gettext
 
 from django_sqlq.admin.display import admin_links, progress_bar, queue_alias
 from django_sqlq.conf import configured_queues
-from django_sqlq.dashboard import chart, running_jobs, snapshot, throughput
+from django_sqlq.dashboard import chart, retention, running_jobs, snapshot, throughput
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job
 from django_sqlq.queues import pause_queue, paused_names, resume_queue
@@ -159,6 +159,7 @@ class QueueDashboardViews(JobModelAdmin):
             "sqlq_charts_url": self._dashboard_url("dashboard_charts"),
             **self._live_context(request),
             **self._charts_context(),
+            "retention": retention(queue_alias()),
         }
         return TemplateResponse(request, "admin/django_sqlq/dashboard.html", context)
 

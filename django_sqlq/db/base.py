@@ -913,6 +913,99 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.executemany(sql, rows)
 
+    # -- retention ----------------------------------------------------------------------
+
+    maintenance_table = "sqlq_maintenance"
+
+    def _finished_sql(
+        self, status: str, queues: Sequence[str] | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The WHERE clause of ``status``'s rows that finished more than ``%(keep)s`` seconds
+        ago (in ``queues``, or any): a range of ``sqlq_job_finished_idx``, whose condition
+        it repeats word for word, so that SQLite's planner sees that the index covers it."""
+        if status not in statuses.FINISHED:  # a literal in the SQL: never anything else
+            raise ValueError(f"only finished jobs are pruned, not {status!r}")
+        where = (
+            f"status = '{status}' AND status IN ({_in(statuses.FINISHED)}) "
+            f"AND completed_at < {self.later_sql('back')}"
+        )
+        params: dict[str, Any] = {}
+        if queues is not None:
+            queue_sql, params = self.in_list_sql("queue", queues, "queue")
+            where += f" AND {queue_sql}"
+        return where, params
+
+    def prune(
+        self,
+        *,
+        status: str,
+        keep_seconds: float,
+        queues: Sequence[str] | None = None,
+        limit: int = 1000,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete up to ``limit`` of the oldest ``status`` rows (a finished status) that
+        finished more than ``keep_seconds`` ago, in one short statement. Returns how many."""
+        where, params = self._finished_sql(status, queues)
+        sql = (
+            f"DELETE FROM {self.table} WHERE id IN (SELECT id FROM {self.table} WHERE {where} "
+            f"ORDER BY completed_at LIMIT %(limit)s{self.skip_locked()}) "
+            f"AND {self.unindexed('status')} = '{status}'"
+        )
+        params.update(now=self.clock(now), back=-float(keep_seconds), limit=limit)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
+    def prunable(
+        self,
+        *,
+        status: str,
+        keep_seconds: float,
+        queues: Sequence[str] | None = None,
+        now: datetime | None = None,
+    ) -> dict[str, int]:
+        """How many rows :meth:`prune` would delete, per queue (the same condition)."""
+        where, params = self._finished_sql(status, queues)
+        sql = f"SELECT queue, COUNT(*) FROM {self.table} WHERE {where} GROUP BY queue"
+        params.update(now=self.clock(now), back=-float(keep_seconds))
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+    def take_lease(
+        self, duty: str, *, holder: str, seconds: float, now: datetime | None = None
+    ) -> bool:
+        """Hold the maintenance ``duty`` for ``seconds``, unless another holder's lease is
+        still running. True if ``holder`` holds it now (taken, or renewed). The duty's row
+        must exist (``Maintenance.objects.get_or_create``)."""
+        now_sql = self.now_sql()
+        sql = (
+            f"UPDATE {self.maintenance_table} SET holder = %(holder)s, "
+            f"lease_expires_at = {self.later_sql('seconds')} WHERE duty = %(duty)s "
+            f"AND (holder = '' OR holder = %(holder)s OR lease_expires_at IS NULL "
+            f"OR lease_expires_at < {now_sql})"
+        )
+        params = {"now": self.clock(now), "holder": holder, "seconds": seconds, "duty": duty}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount) == 1
+
+    def release_lease(self, duty: str, *, holder: str) -> None:
+        sql = (
+            f"UPDATE {self.maintenance_table} SET holder = '', lease_expires_at = NULL "
+            "WHERE duty = %(duty)s AND holder = %(holder)s"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"duty": duty, "holder": holder})
+
+    def reclaim_space(self, *, max_pages: int) -> int | None:  # noqa: ARG002 (for engines)
+        """Give freed pages back to the file system, at most ``max_pages`` of them, in one
+        short write. Returns how many pages are still free afterwards; None when the engine
+        (or the database's settings) cannot. Default: None (PostgreSQL reuses the space
+        VACUUM frees)."""
+        return None
+
     def tidy(self) -> bool:
         """Maintenance after many claims: clear what finished jobs left in the claim's index.
         Returns True if it ran. Default: nothing to do (SQLite deletes index entries in

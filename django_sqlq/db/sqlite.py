@@ -179,6 +179,24 @@ class SQLiteOps(QueueOps):
         columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
         return source, columns, {"done": json.dumps(rows)}
 
+    def auto_vacuum(self) -> int:
+        """The database's ``PRAGMA auto_vacuum``: 0 none, 1 full, 2 incremental."""
+        return int(pragma(self.connection, "auto_vacuum") or 0)
+
+    def reclaim_space(self, *, max_pages: int) -> int | None:
+        # Only with auto_vacuum = INCREMENTAL (set before the first table was created, or
+        # followed by one VACUUM): then each call frees up to max_pages pages from the end
+        # of the file, in one short write transaction.
+        # executescript(), because the sqlite3 module steps a statement that returns no row
+        # only once, and each step of incremental_vacuum frees one page.
+        if self.auto_vacuum() != 2:
+            return None
+        with self.connection.wrap_database_errors:
+            self.connection.connection.executescript(
+                f"PRAGMA incremental_vacuum({int(max_pages)})"
+            )
+        return int(pragma(self.connection, "freelist_count") or 0)
+
     def change_check_interval(self, poll_interval: float) -> float:
         return min(CHANGE_CHECK_INTERVAL, poll_interval)
 

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_sqlq', '0005_unique_key'),
+        ('django_sqlq', '0006_retention'),
     ]
 
     operations = [

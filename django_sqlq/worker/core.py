@@ -12,7 +12,8 @@ Threads, each with its own database connection:
   jobs this worker holds in one statement (until the last running job is finished, also
   after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs;
   the job controls read the cancel requests (twice a second) and write the handlers'
-  progress (once a second).
+  progress (once a second);
+  the pruner deletes finished jobs older than ``KEEP_FINISHED``.
 
 Signal handlers (``signals``) only set an event. On stop the worker claims nothing more,
 lets running jobs finish, gives back jobs it claimed but did not start, and returns. A
@@ -43,6 +44,7 @@ from django_sqlq.worker.maintenance import (
     Heartbeat,
     HeldJobs,
     JobControls,
+    Pruner,
     Reaper,
     Service,
     Tidier,
@@ -148,11 +150,10 @@ class Worker:
         self.reaper = Reaper(self)
         self.heartbeat = Heartbeat(self)
         self.claimer = Claimer(self)
-        # Maintenance started with the runners, stopped once they are done: the slot for
-        # the pruner and the recurring-job scheduler.
-        self.services: list[Service] = [self.heartbeat, self.controls]
+        self.pruner = Pruner(self)
         self.scheduler = Scheduler(self)  # recurring jobs (SQLQ["SCHEDULE"], @handler(cron=))
-        self.services.append(self.scheduler)
+        # Maintenance started with the runners, stopped once they are done.
+        self.services: list[Service] = [self.heartbeat, self.controls, self.pruner, self.scheduler]
 
     @property
     def jobs_claimed(self) -> int:

@@ -91,6 +91,9 @@ SQLQ = {
     # The bearer token Prometheus sends to /sqlq/metrics (see urls.py). Unset, only staff
     # who may view jobs can read the metrics. A real site reads it from its environment.
     "METRICS_TOKEN": os.environ.get("SQLQ_METRICS_TOKEN") or None,
+    # The workers delete finished jobs after this long: receipts sent a day ago are of no
+    # interest, failures are kept a month for someone to look at (docs: howto/retention.md).
+    "KEEP_FINISHED": {"completed": 86400, "failed": 30 * 86400, "cancelled": 7 * 86400},
 }
 
 # Show what the worker does on the console.

@@ -6,6 +6,8 @@
 - ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
 - ``control``: the cancel requests among the running jobs, and their progress.
 - ``scheduler``: enqueues the ticks of recurring jobs, each once across all workers.
+- ``pruner``: deletes finished jobs older than ``KEEP_FINISHED`` (one pruner at a time
+  across all workers, by a lease in the maintenance table).
 - ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
 
 A new duty (such as the pruner of finished jobs) is a
@@ -15,6 +17,7 @@ starts these with its runners and stops them once the runners are done.
 
 from django_sqlq.worker.maintenance.control import JobControls
 from django_sqlq.worker.maintenance.heartbeat import Heartbeat, HeldJobs
+from django_sqlq.worker.maintenance.pruner import Pruner
 from django_sqlq.worker.maintenance.reaper import Reaper
 from django_sqlq.worker.maintenance.service import PeriodicService, Service
 from django_sqlq.worker.maintenance.tidier import Tidier
@@ -24,6 +27,7 @@ __all__ = [
     "HeldJobs",
     "JobControls",
     "PeriodicService",
+    "Pruner",
     "Reaper",
     "Service",
     "Tidier",

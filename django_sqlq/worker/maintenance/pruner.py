@@ -1,0 +1,66 @@
+"""The pruner: every ``SQLQ["PRUNE_INTERVAL"]`` seconds, deletes the finished jobs older than
+``SQLQ["KEEP_FINISHED"]`` (``django_sqlq.retention.prune``). Every worker runs one; the
+``prune`` lease in the maintenance table lets one pass run at a time across all workers and
+hosts, and the others skip their turn. Nothing runs when every status is kept for ever."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError
+
+from django_sqlq import retention
+from django_sqlq.worker.maintenance.service import PeriodicService
+from django_sqlq.worker.retry import reset_connection
+
+if TYPE_CHECKING:
+    from django_sqlq.worker.core import Worker
+
+logger = logging.getLogger("django_sqlq.worker")
+
+
+class Pruner(PeriodicService):
+    name = "prune"
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__()
+        self.worker = worker
+        self.interval = worker.conf.PRUNE_INTERVAL
+        self.last: retention.PruneResult | None = None
+
+    def start(self) -> None:
+        if self.worker.conf.prunes:
+            super().start()
+
+    def tick(self) -> None:
+        worker = self.worker
+        try:
+            result = retention.prune(
+                worker.database,
+                keep=worker.conf.KEEP_FINISHED,
+                holder=worker.worker_id,
+                now=worker.now(),
+                stop=self.stopping,
+            )
+        except retention.PrunerBusy as busy:
+            logger.debug("Worker %s: not pruning: %s", worker.worker_id, busy)
+            return
+        except DatabaseError as exc:
+            logger.warning(
+                "Worker %s: pruning finished jobs failed (%s: %s); will retry",
+                worker.worker_id,
+                type(exc).__name__,
+                exc,
+            )
+            reset_connection(worker.database)
+            return
+        self.last = result
+        if result.total:
+            logger.info(
+                "Worker %s: pruned %d finished job(s) (%s) in %.2fs",
+                worker.worker_id,
+                result.total,
+                ", ".join(f"{status} {n}" for status, n in result.deleted.items() if n),
+                result.seconds,
+            )
