@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone as dj_timezone
 
 from django_sqlq import validation
@@ -367,14 +367,39 @@ def enqueue_tick(schedule: Schedule, tick: datetime, *, database: str) -> int | 
         return None
     try:
         with transaction.atomic(using=database):
-            row = ticks.create(name=schedule.name, tick_at=stored, spec=schedule.spec)
+            row_id = _claim_tick(schedule, stored, database=database)
+            if row_id is None:
+                return None  # another worker wrote this tick first (its transaction decided)
             job_id = enqueue_job(schedule, run_at=tick, database=database)
-            row.job_id = job_id
-            row.save(update_fields=["job_id"])
+            ticks.filter(pk=row_id).update(job_id=job_id)
             trim(schedule.name, database=database)  # in the same commit: one fsync
     except IntegrityError:
-        return None  # another worker wrote this tick first (its transaction decided)
+        return None  # the same, where the engine raised instead
     return job_id
+
+
+def _claim_tick(schedule: Schedule, stored: datetime, *, database: str) -> int | None:
+    """Insert the tick's row unless it exists: ``INSERT ... ON CONFLICT DO NOTHING`` on the
+    (name, tick_at) constraint, so that a worker that loses the race writes nothing and
+    PostgreSQL logs no unique-violation ERROR for it (one per losing worker and tick). On
+    PostgreSQL it waits for a transaction that inserted the same tick and has not committed
+    yet. The row's id, or None when the tick was taken."""
+    from django_sqlq.models import ScheduleTick
+
+    connection = connections[database]
+    table = connection.ops.quote_name(ScheduleTick._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (name, tick_at, spec) VALUES (%s, %s, %s) "  # noqa: S608
+            f"ON CONFLICT (name, tick_at) DO NOTHING RETURNING id",
+            [
+                schedule.name,
+                connection.ops.adapt_datetimefield_value(stored),
+                schedule.spec,
+            ],
+        )
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 def trim(name: str, *, database: str) -> int:
