@@ -393,3 +393,44 @@ def test_every_insert_writes_the_columns_of_the_list():
     assert len(inserts) == 2
     for sql in inserts:
         assert f"INSERT INTO sqlq_job ({', '.join(INSERT_COLUMNS)})" in sql
+
+
+def test_a_new_sqlite_connection_opens_while_another_holds_the_write_lock():
+    """Opening a connection to the queue database applies SQLQ["SQLITE_PRAGMAS"], which
+    hold ``auto_vacuum = incremental``: sent again to a database that already has it, that
+    PRAGMA takes the write lock, so every new connection (a web request, a worker) waited
+    for any writer's transaction and then failed with "database is locked". The holder here
+    keeps the lock until the new connection has read, longer than the busy timeout."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock")
+    holding, read = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("BEGIN IMMEDIATE")
+                holding.set()
+                read.wait(30)
+                cursor.execute("COMMIT")
+        finally:
+            connections.close_all()
+
+    outcome: dict[str, Any] = {}
+
+    def open_and_read() -> None:
+        try:
+            outcome["count"] = Job.objects.count()
+        except Exception as exc:
+            outcome["error"] = exc
+        finally:
+            read.set()
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(30)
+    reader = threading.Thread(target=open_and_read)
+    reader.start()
+    reader.join(60)
+    holder.join(60)
+    assert outcome == {"count": 0}

@@ -208,7 +208,14 @@ def manage(database: str, *args: str, router: bool = True) -> subprocess.Complet
 def test_migrate_database_queue_creates_only_django_sqlqs_tables(engine, fresh_database):
     done = manage(fresh_database, "migrate", "--database", "queue", "-v", "0")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert tables(engine, fresh_database) == {"django_migrations", "sqlq_job", "sqlq_worker"}
+    assert tables(engine, fresh_database) == {
+        "django_migrations",
+        "sqlq_job",
+        "sqlq_worker",
+        "sqlq_queue",
+        "sqlq_schedule_tick",
+        "sqlq_maintenance",
+    }
 
 
 def test_migrate_database_queue_without_a_router_stops_at_the_check(engine, fresh_database):

@@ -84,16 +84,33 @@ def configure(connection: BaseDatabaseWrapper) -> None:
 
         pragmas = DEFAULT_SQLITE_PRAGMAS
     raw = connection.connection
-    for name, value in pragmas.items():
+    # busy_timeout first: a PRAGMA that needs a lock then waits for it like any statement.
+    for name, value in sorted(pragmas.items(), key=lambda item: item[0] != "busy_timeout"):
         if not str(name).replace("_", "").isalnum():
             continue  # reported by the system checks
         if str(name) == "journal_mode" and connection.settings_dict["NAME"] in ("", ":memory:"):
             continue
         if "mode=memory" in str(connection.settings_dict["NAME"]):
             continue
+        if str(name) == "auto_vacuum" and not _auto_vacuum_settable(raw, value):
+            continue
         raw.execute(f"PRAGMA {name} = {_pragma_value(value)}")
     if getattr(connection, "transaction_mode", "unset") is None:
         connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+
+
+AUTO_VACUUM_MODES = {"none": 0, "0": 0, "full": 1, "1": 1, "incremental": 2, "2": 2}
+
+
+def _auto_vacuum_settable(raw: Any, value: str | int) -> bool:
+    """Whether to send ``PRAGMA auto_vacuum``: only to a database that has no table yet,
+    whose mode differs. Setting it takes the write lock even when the mode is already
+    that value (on every new connection, it would wait for, or fail on, any writer's
+    transaction), and on a database with tables it changes nothing until a VACUUM."""
+    wanted = AUTO_VACUUM_MODES.get(str(value).lower())
+    if raw.execute("PRAGMA auto_vacuum").fetchone()[0] == wanted:
+        return False
+    return raw.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
 
 
 def _pragma_value(value: str | int) -> str:
