@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
+from django_sqlq.compat import LOGGER_NAME
 from django_sqlq.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +41,18 @@ def run_burst(**kwargs: Any) -> Worker:
     worker = Worker(**kwargs)
     worker.run(burst=True, install_signal_handlers=False)
     return worker
+
+
+@pytest.fixture(autouse=True)
+def _restore_sqlq_loggers() -> Iterator[None]:
+    """``call_command("sqlq_worker")`` in a test sets the levels of django_sqlq's loggers for
+    its verbosity (as the command does for a process it runs): put them back, so that a
+    later test's ``caplog`` sees what its own code logs."""
+    names = ("django_sqlq", "django_sqlq.worker", "django_sqlq.worker.jobs", LOGGER_NAME)
+    saved = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in saved.items():
+        logging.getLogger(name).setLevel(level)
 
 
 @pytest.fixture

@@ -221,6 +221,10 @@ def perform(
         else:
             not_applicable[status_label(status).lower()] += 1
     changed = held = cancel_requested = 0
+    # Newest first, whatever order the database read them in: of jobs with one unique_key
+    # spread over several chunks, retry takes the newest (a later chunk's older job then
+    # finds the key held and is skipped, as within one chunk).
+    applicable.sort(reverse=True)
     for start in range(0, len(applicable), ACTION_CHUNK):
         outcome = action.run(applicable[start : start + ACTION_CHUNK], alias=alias)
         changed += outcome.changed
