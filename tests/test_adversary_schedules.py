@@ -7,6 +7,7 @@ their docstring failed when written. Every test runs on SQLite and PostgreSQL
 from __future__ import annotations
 
 import json
+import re
 import signal
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -158,6 +159,50 @@ def test_a_200_character_name_gets_its_tick(with_sqlq: Callable[..., None]) -> N
     clock.now = at("2026-01-10 03:00:01")
     assert ticks(worker) == [at("2026-01-10 03:00")]
     assert ScheduleTick.objects.get().name == name
+
+
+@db
+def test_a_handler_schedule_on_an_unknown_queue_is_refused() -> None:
+    """FINDING (medium). checks.md: E030 covers `@handler(cron=)` with an unknown queue; the
+    how-to: "Checked: ... the queue (one of SQLQ["QUEUES"])" and the worker refuses to start
+    on an invalid schedule. `@handler("x", cron={"cron": ..., "queue": "nope"})` decorates
+    without error, `manage.py check` is silent, schedules.load() returns it and the worker's
+    scheduler prepares it; only each tick's enqueue then fails."""
+    registry.autodiscover()
+    refused_at_decoration = False
+    try:
+
+        @registry.handler("adv.unknown_queue", cron={"cron": "0 3 * * *", "queue": "nope"})
+        def unknown_queue(payload: Any) -> None:
+            pass
+
+    except ConfigurationError:
+        refused_at_decoration = True
+    try:
+        if not refused_at_decoration:
+            assert [e.id for e in check_settings(None)] == ["django_sqlq.E030"]
+            with pytest.raises(ConfigurationError, match="nope"):
+                Worker().scheduler.prepare()
+    finally:
+        registry.unregister("adv.unknown_queue")
+        schedules.undeclare("adv.unknown_queue")
+
+
+def test_a_handler_cron_of_the_wrong_type_is_a_configuration_error() -> None:
+    """FINDING (low). api.md: "`cron`: a cron expression, or a dict ... A bad one raises
+    `ConfigurationError` at decoration". A list raises a bare ValueError ("dictionary update
+    sequence element #0 has length 9")."""
+    bad: Any = ["0 3 * * *"]
+    try:
+        with pytest.raises(ConfigurationError, match=r"adv\.cron_list"):
+
+            @registry.handler("adv.cron_list", cron=bad)
+            def cron_list(payload: Any) -> None:
+                pass
+
+    finally:
+        registry.unregister("adv.cron_list")
+        schedules.undeclare("adv.cron_list")
 
 
 # -- edits between deploys --------------------------------------------------------------------
@@ -364,6 +409,37 @@ def test_slow_and_failing_every_second_jobs_with_a_killed_worker(
     _stop(workers[1:])
     _stop(workers[:1])
     _one_job_per_tick()
+
+
+@db
+def test_start_lines_and_burst_enqueue_no_tick(
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    """`sqlq_worker --burst` "checks and logs the schedules but enqueues no tick", with the
+    start line of the how-to, `next=` in the schedule's time zone."""
+    env = {
+        "SQLQ_TEST_SCHEDULE": json.dumps(
+            {
+                "every-second": {"type": "tests.noop", "cron": "* * * * * *", "missed": "skip"},
+                "nightly-report": {
+                    "type": "tests.noop",
+                    "cron": "0 3 * * *",
+                    "timezone": "Europe/Paris",
+                },
+            }
+        )
+    }
+    worker = spawn_worker("--burst", env=env)
+    assert worker.wait() == 0, worker.output()
+    output = worker.output()
+    assert re.search(
+        r"Schedule nightly-report: tests\.noop cron='0 3 \* \* \*' tz=Europe/Paris "
+        r"missed=run_once next=\d{4}-\d\d-\d\dT03:00:00\+0[12]:00",
+        output,
+    ), output
+    assert "Schedule every-second: tests.noop cron='* * * * * *' tz=UTC missed=skip" in output
+    assert not ScheduleTick.objects.exists()
+    assert not Job.objects.exists()
 
 
 # -- the admin --------------------------------------------------------------------------------
