@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission
+from django.db import connections
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -440,6 +441,34 @@ def test_start_lines_and_burst_enqueue_no_tick(
     assert "Schedule every-second: tests.noop cron='* * * * * *' tz=UTC missed=skip" in output
     assert not ScheduleTick.objects.exists()
     assert not Job.objects.exists()
+
+
+@db
+def test_jobs_deleted_by_hand_in_sql_leave_their_ticks(
+    with_sqlq: Callable[..., None], django_user_model: Any
+) -> None:
+    """An operator empties the jobs table in dbshell: the tick rows stay, the tick is not run
+    again (by this worker or a new one), and the schedules page says "deleted"."""
+    with_sqlq(SCHEDULE={"n": {"type": "tests.noop", "cron": "0 3 * * *"}})
+    clock = Clock(at("2026-01-10 02:59"))
+    worker = started(clock)
+    clock.now = at("2026-01-10 03:00:01")
+    assert ticks(worker) == [at("2026-01-10 03:00")]
+    with connections[Job.objects.db].cursor() as cursor:
+        cursor.execute(f"DELETE FROM {Job._meta.db_table}")
+    assert ScheduleTick.objects.count() == 1
+    assert ticks(worker) == []
+    assert ticks(started(clock)) == []
+    assert not Job.objects.exists()
+    user = django_user_model.objects.create_user("a", password="pw", is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="django_sqlq", codename="view_job")
+    )
+    client = Client()
+    client.force_login(user)
+    page = client.get(reverse("admin:django_sqlq_scheduletick_changelist"))
+    assert page.status_code == 200
+    assert "deleted" in page.content.decode()
 
 
 # -- the admin --------------------------------------------------------------------------------
