@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -33,6 +33,9 @@ from django.utils import timezone as dj_timezone
 
 from django_sqlq import validation
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+
+if TYPE_CHECKING:
+    from django_sqlq.conf import Settings
 
 RUN_ONCE: Final = "run_once"
 SKIP: Final = "skip"
@@ -78,7 +81,8 @@ class Schedule:
     @property
     def spec(self) -> str:
         """What decides its ticks (stored with each tick): the cron and the time zone."""
-        return f"{self.cron} @ {self.timezone}"
+        # Spelling aside: "0  3 * * mon" and "0 3 * * MON" are one cron.
+        return f"{' '.join(self.cron.split()).upper()} @ {self.timezone}"
 
     @property
     def target(self) -> str:
@@ -228,6 +232,11 @@ def from_decorator(
     target: str, cron: str | Mapping[str, Any], *, source: str, task: bool = False
 ) -> Schedule:
     """The Schedule of ``@handler(..., cron=...)`` or ``@recurring``."""
+    if not isinstance(cron, (str, Mapping)):
+        raise ConfigurationError(
+            f"{_where(source, target)}: cron= takes a cron expression (a string) or a dict "
+            f"of schedule options, got {type(cron).__name__} {cron!r}."
+        )
     options: dict[str, Any] = {"cron": cron} if isinstance(cron, str) else dict(cron)
     allowed = TASK_DECORATOR_KEYS if task else DECORATOR_KEYS
     unknown = set(options) - allowed
@@ -270,13 +279,7 @@ def load() -> dict[str, Schedule]:
     conf = get_settings()
     found: dict[str, Schedule] = {}
     for name, entry in conf.SCHEDULE.items():
-        schedule = parse(name, entry)
-        if schedule.type is not None and (schedule.queue or "default") not in conf.QUEUES:
-            raise ConfigurationError(
-                f"SQLQ['SCHEDULE'][{name!r}]: unknown queue {schedule.queue or 'default'!r}; "
-                f"known: {', '.join(conf.QUEUES)}."
-            )
-        found[name] = schedule
+        found[name] = _fits(parse(name, entry), conf)
     with _lock:
         declared = list(_declared.values())
     for schedule in declared:
@@ -286,8 +289,33 @@ def load() -> dict[str, Schedule]:
                 f"{schedule.source} for {schedule.target!r}. Rename one (decorators take "
                 "'name')."
             )
-        found[schedule.name] = schedule
+        found[schedule.name] = _fits(schedule, conf)
     return found
+
+
+def _fits(schedule: Schedule, conf: Settings) -> Schedule:
+    """``schedule``, if enqueue() would take its job under today's settings: its queue is
+    one of ``QUEUES`` (a job type's; a task's queue is its backend's to check) and its
+    payload within ``MAX_PAYLOAD_BYTES``. Else ConfigurationError naming it: a schedule
+    whose every tick would fail is refused before anything runs."""
+    from django_sqlq.jsoncodec import encode_json
+
+    where = _where(schedule.source, schedule.name)
+    if schedule.type is not None and (schedule.queue or "default") not in conf.QUEUES:
+        raise ConfigurationError(
+            f"{where}: unknown queue {schedule.queue or 'default'!r}; "
+            f"known: {', '.join(conf.QUEUES)}."
+        )
+    payload = (
+        schedule.payload
+        if schedule.task is None
+        else {"args": list(schedule.args), "kwargs": dict(schedule.kwargs)}
+    )
+    try:
+        encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
+    except InvalidJobError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    return schedule
 
 
 def check_targets(schedules: Mapping[str, Schedule]) -> None:

@@ -94,7 +94,9 @@ class Scheduler(PeriodicService):
         """Enqueue every schedule's due tick; returns (name, tick, job id) for those this
         worker won."""
         now = now or self.now()
-        if self.watching_since is None:
+        if self.watching_since is None or now < self.watching_since:
+            # From now on (also after the clock stepped back: a tick that falls from here,
+            # while this worker runs, is not one it missed).
             self.watching_since = now
         if not self.schedules:
             return []
