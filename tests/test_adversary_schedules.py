@@ -1,7 +1,7 @@
 """Adversarial tests of recurring jobs (issue 14 part 2), written from the docs only
 (docs/howto/recurring-jobs.md, docs/reference/settings.md#schedule, docs/reference/checks.md,
-docs/howto/admin.md). Each test asserts what the docs promise; the ones marked FINDING in
-their docstring failed when written. Every test runs on SQLite and PostgreSQL
+docs/howto/admin.md). Each test asserts what the docs promise; the ones marked "Found from
+the docs (fixed)" in their docstring failed when written. Every test runs on SQLite and PostgreSQL
 (``SQLQ_TEST_ENGINE``)."""
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def ticks(worker: Worker) -> list[datetime]:
 def test_a_payload_over_max_payload_bytes_is_an_e030(
     with_sqlq: Callable[..., None],
 ) -> None:
-    """Found from the docs (fixed) (medium). The how-to: "Everything is checked before anything runs ... that the
+    """Found from the docs (fixed; medium).
+    The how-to: "Everything is checked before anything runs ... that the
     payload (or args and kwargs) is JSON"; enqueue() refuses a payload over
     MAX_PAYLOAD_BYTES. A schedule whose payload is over the limit passes `manage.py check`
     and the worker's start, then every tick enqueues nothing (and the admin's "Run now" says
@@ -99,7 +100,8 @@ def test_a_payload_over_max_payload_bytes_is_an_e030(
 def test_a_payload_over_max_payload_bytes_stops_the_worker_not_each_tick(
     with_sqlq: Callable[..., None],
 ) -> None:
-    """Found from the docs (fixed) (medium), the worker's side: "the worker refuses to start, naming the schedule,
+    """Found from the docs (fixed; medium),
+    the worker's side: "the worker refuses to start, naming the schedule,
     if one is invalid". Today prepare() succeeds, and then each tick only logs
     "schedule big: cannot enqueue the tick of ...: The payload is 2008 bytes ..." at ERROR."""
     with_sqlq(
@@ -164,7 +166,8 @@ def test_a_200_character_name_gets_its_tick(with_sqlq: Callable[..., None]) -> N
 
 @db
 def test_a_handler_schedule_on_an_unknown_queue_is_refused() -> None:
-    """Found from the docs (fixed) (medium). checks.md: E030 covers `@handler(cron=)` with an unknown queue; the
+    """Found from the docs (fixed; medium).
+    checks.md: E030 covers `@handler(cron=)` with an unknown queue; the
     how-to: "Checked: ... the queue (one of SQLQ["QUEUES"])" and the worker refuses to start
     on an invalid schedule. `@handler("x", cron={"cron": ..., "queue": "nope"})` decorates
     without error, `manage.py check` is silent, schedules.load() returns it and the worker's
@@ -190,7 +193,8 @@ def test_a_handler_schedule_on_an_unknown_queue_is_refused() -> None:
 
 
 def test_a_handler_cron_of_the_wrong_type_is_a_configuration_error() -> None:
-    """Found from the docs (fixed) (low). api.md: "`cron`: a cron expression, or a dict ... A bad one raises
+    """Found from the docs (fixed; low).
+    api.md: "`cron`: a cron expression, or a dict ... A bad one raises
     `ConfigurationError` at decoration". A list raises a bare ValueError ("dictionary update
     sequence element #0 has length 9")."""
     bad: Any = ["0 3 * * *"]
@@ -235,7 +239,8 @@ def test_an_edited_payload_keeps_the_catch_up(with_sqlq: Callable[..., None]) ->
 def test_a_respelled_cron_keeps_the_catch_up(
     with_sqlq: Callable[..., None], recorded: str, respelled: str
 ) -> None:
-    """Found from the docs (fixed) (low). The how-to: history is forgotten "when its cron or timezone changed".
+    """Found from the docs (fixed; low).
+    The how-to: history is forgotten "when its cron or timezone changed".
     The tick row stores the expression as typed, so a reformatted but identical expression
     (an extra space, day names in lower case) counts as a change and the missed run_once
     tick after downtime is silently dropped. Compare normalised expressions (or the ticks)."""
@@ -283,7 +288,8 @@ def test_a_forward_clock_jump_runs_only_the_latest_tick(
 def test_a_tick_after_the_clock_stepped_back_is_enqueued_with_skip(
     with_sqlq: Callable[..., None],
 ) -> None:
-    """Found from the docs (fixed) (low). Rule 2: "If the tick fell while this worker was running, it is enqueued
+    """Found from the docs (fixed; low).
+    Rule 2: "If the tick fell while this worker was running, it is enqueued
     (whatever the policy)". A host that boots with its clock a minute fast (VMs, containers)
     starts the worker at 03:00:30 by that clock; chrony steps it back to 02:59:30; the 03:00
     tick then falls while the worker runs, yet with "skip" it is treated as missed (it is
