@@ -564,3 +564,126 @@ def test_a_deeply_nested_trace_column_runs_the_job_in_a_new_trace(
     assert _status(job) == JobStatus.COMPLETED
     [process] = [s for s in spans.get_finished_spans() if s.name == "process default"]
     assert process.parent is None
+
+
+# -- cancel racing completion, from another process ---------------------------------------------
+
+
+def test_a_cancel_answered_requested_always_ends_cancelled_while_workers_race_it(
+    spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    """cancel-and-progress.md: REQUESTED means "it ends cancelled": whatever the attempt's
+    outcome, the statement that records it sees the request. Two worker processes finish
+    short jobs while this process cancels each as soon as it is processing."""
+    from django_sqlq import bulk_enqueue
+
+    log = tmp_path / "spans"
+    jobs = bulk_enqueue(
+        "tests.span", [{"n": n, "path": str(log), "seconds": 0.01} for n in range(150)]
+    )
+    for _ in range(2):
+        spawn_worker("--concurrency", "4")
+    answers: dict[int, CancelResult] = {}
+    ids = {job.pk for job in jobs}
+
+    def race() -> bool:
+        running = Job.objects.filter(pk__in=ids - answers.keys(), status=JobStatus.PROCESSING)
+        for pk in running.values_list("pk", flat=True):
+            answers[pk] = cancel(pk)
+        return not Job.objects.filter(
+            pk__in=ids, status__in=[JobStatus.PENDING, JobStatus.PROCESSING]
+        ).exists()
+
+    wait_for(race, timeout=120, interval=0.0)
+    requested = [pk for pk, answer in answers.items() if answer is CancelResult.REQUESTED]
+    assert requested  # the race was run
+    statuses = dict(Job.objects.filter(pk__in=requested).values_list("pk", "status"))
+    assert {pk: s for pk, s in statuses.items() if s != JobStatus.CANCELLED} == {}
+    finished = [pk for pk, answer in answers.items() if answer is CancelResult.FINISHED]
+    assert not Job.objects.filter(pk__in=finished, status=JobStatus.CANCELLED).exists()
+
+
+def test_a_pause_in_a_transaction_that_rolls_back_never_happened() -> None:
+    from django.db import transaction
+
+    class Rollback(Exception):
+        pass
+
+    def pause_then_fail() -> None:
+        with transaction.atomic():
+            assert pause_queue("emails") is True
+            raise Rollback
+
+    with pytest.raises(Rollback):
+        pause_then_fail()
+    assert not [s for s in queue_states() if s.paused]
+    enqueue("tests.noop", {}, queue="emails")
+    assert run_burst(queues=["emails"]).jobs_done == 1
+
+
+def test_sqlq_queue_status_prints_an_odd_paused_name() -> None:
+    import io
+
+    from django.core.management import call_command
+
+    pause_queue("émails ☃ " + "x" * 80)
+    out = io.StringIO()
+    call_command("sqlq_queue", "status", stdout=out)
+    assert "émails ☃ " + "x" * 80 in out.getvalue()
+    assert "paused" in out.getvalue()
+
+
+def test_the_counters_of_two_worker_processes_add_up_to_the_table(spawn_worker: Spawn) -> None:
+    from django_sqlq import bulk_enqueue
+
+    bulk_enqueue("tests.noop", [{}] * 30, queue="emails")
+    bulk_enqueue("tests.noop", [{}] * 10)
+    bulk_enqueue("tests.boom", [{}] * 5, max_attempts=2)
+    workers = [spawn_worker("--queue-name", "*", "--concurrency", "2", "--burst") for _ in "ab"]
+    for worker in workers:
+        assert worker.wait(60) == 0, worker.output()
+    assert not Job.objects.filter(status__in=["pending", "processing", "scheduled"]).exists()
+    found = _scrape()
+
+    def total(metric: str, queue: str) -> float:
+        return sum(
+            v for (name, labels), v in found.items()
+            if name == metric and dict(labels).get("queue") == queue
+        )  # fmt: skip
+
+    assert total("sqlq_jobs_completed_total", "emails") == 30
+    assert total("sqlq_jobs_completed_total", "default") == 10
+    assert total("sqlq_jobs_failed_total", "default") == 5
+    assert total("sqlq_jobs_retried_total", "default") == 5
+    assert total("sqlq_job_run_seconds_count", "default") == 20
+    assert total("sqlq_job_pickup_seconds_count", "emails") == 30
+    assert found[("sqlq_jobs", (("queue", "default"), ("status", "failed")))] == 5
+
+
+def test_a_scrape_costs_the_same_queries_with_many_workers_and_paused_queues() -> None:
+    """observability.md: "eight queries (seven while no worker is registered)" whatever the
+    table; many worker rows (each with stats), paused queues and QUEUE_LIMITS change
+    nothing."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_sqlq.models import WorkerProcess
+
+    def queries() -> int:
+        with override_settings(SQLQ=limited), CaptureQueriesContext(connection) as captured:
+            response = Client().get(
+                reverse("django_sqlq:metrics"), headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+            assert response.status_code == 200
+            text_string_to_metric_families(response.content.decode())
+        return len(captured)
+
+    limited = {**SQLQ, "QUEUE_LIMITS": {"emails": {"concurrency": 2, "rate": "5/s"}}}
+    run_burst(worker_id="first")  # a stopped worker's row, with stats
+    WorkerProcess.objects.register("live", queues=["*"], concurrency=1)
+    few = queries()
+    for n in range(120):
+        WorkerProcess.objects.register(f"w{n}", queues=[f"q{n}", "emails"], concurrency=4)
+        pause_queue(f"q{n}")
+    run_burst(worker_id="second")
+    assert queries() == few == 8
