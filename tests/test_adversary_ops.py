@@ -687,3 +687,31 @@ def test_a_scrape_costs_the_same_queries_with_many_workers_and_paused_queues() -
         pause_queue(f"q{n}")
     run_burst(worker_id="second")
     assert queries() == few == 8
+
+
+def test_a_cancelled_job_retried_runs_to_completed_on_the_same_worker(
+    spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    """FINDING (high). admin.md: Retry now takes a cancelled job to "pending, runnable now";
+    the retry clears cancel_requested_at. But the worker that ran the cancelled job keeps the
+    job id in JobControls._requested (refreshed only while it holds jobs: tick() returns
+    early when idle), so when that idle worker claims the retried job, begin() marks it
+    cancelled and the pool records "attempt 1 cancelled (JobCancelled: Job id=N was cancelled
+    before it started.)": the operator's retry is undone, again at each retry, on a quiet
+    single-worker site every time."""
+    from django_sqlq import lifecycle
+
+    paths = _files(tmp_path, "started", "saw", "release")
+    job = enqueue("tests.cancel_ignored", paths, max_attempts=3)
+    spawn_worker("--worker-id", "only")
+    wait_for(Path(paths["started"]).exists, timeout=30)
+    assert cancel(job) is CancelResult.REQUESTED
+    wait_for(Path(paths["saw"]).exists, timeout=DEADLINE)
+    Path(paths["release"]).touch()
+    wait_for(lambda: _status(job) == JobStatus.CANCELLED, timeout=DEADLINE)
+    Path(paths["saw"]).unlink()
+    assert lifecycle.retry_now([job.pk]).changed == 1
+    wait_for(lambda: _status(job) == JobStatus.COMPLETED, timeout=DEADLINE)
+    job.refresh_from_db()
+    assert (job.attempts, job.cancel_requested_at, job.result) == (1, None, "ran to the end")
+    assert not Path(paths["saw"]).exists()
