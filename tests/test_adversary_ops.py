@@ -715,3 +715,26 @@ def test_a_cancelled_job_retried_runs_to_completed_on_the_same_worker(
     job.refresh_from_db()
     assert (job.attempts, job.cancel_requested_at, job.result) == (1, None, "ran to the end")
     assert not Path(paths["saw"]).exists()
+
+
+def test_a_running_job_whose_cancel_was_requested_and_whose_worker_died_is_reaped_cancelled(
+    spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    """cancel-and-progress.md step 3: a worker that dies with a requested cancel in hand:
+    "the reaper cancels it instead of queueing it again"."""
+    import signal
+
+    paths = _files(tmp_path, "started", "saw", "release")
+    job = enqueue("tests.cancel_ignored", paths, max_attempts=5)
+    env = {"SQLQ_TEST_LEASE_SECONDS": "2"}
+    doomed = spawn_worker("--worker-id", "doomed", env=env)
+    wait_for(Path(paths["started"]).exists, timeout=30)
+    assert cancel(job) is CancelResult.REQUESTED
+    wait_for(Path(paths["saw"]).exists, timeout=DEADLINE)
+    doomed.signal(signal.SIGKILL)
+    doomed.wait()
+    Path(paths["started"]).unlink()
+    spawn_worker("--worker-id", "reaper", env=env)
+    wait_for(lambda: _status(job) == JobStatus.CANCELLED, timeout=30)
+    assert not Path(paths["started"]).exists()  # never run again
+    assert Job.objects.get(pk=job.pk).attempts == 1
