@@ -34,7 +34,10 @@ def check_progress(fraction: object, message: object) -> Progress:
         raise TypeError(
             f"set_progress() takes a fraction from 0 to 1 (a float), got {fraction!r}."
         )
-    value = float(fraction)
+    try:
+        value = float(fraction)
+    except OverflowError:  # an int too big for a float: out of range all the same
+        value = math.inf
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         raise ValueError(
             f"set_progress() takes a fraction from 0 to 1 (0.4 for 40%), got {fraction!r}."

@@ -140,11 +140,11 @@ def _parent(job: ClaimedJob) -> Any:
         return None
     try:
         carrier = json.loads(job.trace)
-    except ValueError:
+        if not isinstance(carrier, dict):
+            return None
+        return propagate.extract({str(k): str(v) for k, v in carrier.items()})
+    except (ValueError, RecursionError):  # junk (JSON nested past the interpreter's limit)
         return None
-    if not isinstance(carrier, dict):
-        return None
-    return propagate.extract({str(k): str(v) for k, v in carrier.items()})
 
 
 @contextlib.contextmanager

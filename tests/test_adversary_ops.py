@@ -106,7 +106,8 @@ def test_a_scheduled_job_coming_due_in_a_paused_queue_waits_for_the_resume(
 def test_set_progress_refuses_an_int_too_big_for_a_float_with_a_value_error(
     fraction: int,
 ) -> None:
-    """FINDING. cancel-and-progress.md: "values out of range raise ValueError". An int past
+    """Found from the docs (fixed).
+    cancel-and-progress.md: "values out of range raise ValueError". An int past
     float's range raises OverflowError from float() instead (django_sqlq/control.py)."""
     with pytest.raises(ValueError, match="from 0 to 1"):
         check_progress(fraction, "")
@@ -263,10 +264,16 @@ def _most_at_once(path: Path) -> int:
     return most
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limitation, documented in queue-control.md's caveats: a timed-out call is "
+    "abandoned in its thread (Python cannot stop one) and no longer counts against the limit",
+)
 def test_a_global_limit_holds_when_handlers_run_past_their_timeout(
     spawn_worker: Spawn, tmp_path: Path
 ) -> None:
-    """FINDING. queue-control.md: "with concurrency: 2 never more than 2 are claimed, so never more
+    """Found from the docs (a documented limitation).
+    queue-control.md: "with concurrency: 2 never more than 2 are claimed, so never more
     than 2 run". A timed-out call is abandoned in its thread and runs on: the limit's slot is
     freed while the handler still runs, so a limit of 1 runs 2 or 3 at once."""
     log = tmp_path / "spans"
@@ -473,7 +480,8 @@ def slow(payload: Any) -> None:  # noqa: ARG001 (a handler)
 def test_every_line_about_a_job_carries_it_through_timeouts_cancels_and_retries(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """FINDING. observability.md: "Every log line about one job carries it in extra". Two
+    """Found from the docs (fixed).
+    observability.md: "Every log line about one job carries it in extra". Two
     lines do not: the worker's "job id=N was cancelled while it ran; its handler was told"
     (worker/maintenance/control.py) and "Job id=N ... attempt 1 cancelled (...)" for an
     attempt that raised after its cancel (worker/completer.py)."""
@@ -555,7 +563,8 @@ def test_a_junk_trace_column_never_stops_the_job(spans: InMemorySpanExporter, ju
 def test_a_deeply_nested_trace_column_runs_the_job_in_a_new_trace(
     spans: InMemorySpanExporter, depth: int
 ) -> None:
-    """FINDING. A trace column that nests deeper than the JSON decoder's recursion limit
+    """Found from the docs (fixed).
+    A trace column that nests deeper than the JSON decoder's recursion limit
     raises RecursionError (not ValueError) in tracing._parent: the job never runs, the worker
     logs "could not record the outcome", and the job sits `processing` until its lease runs
     out (then again at each retry). Python 3.11: 1500 levels (under the 2048-character cap
@@ -694,7 +703,8 @@ def test_a_scrape_costs_the_same_queries_with_many_workers_and_paused_queues() -
 def test_a_cancelled_job_retried_runs_to_completed_on_the_same_worker(
     spawn_worker: Spawn, tmp_path: Path
 ) -> None:
-    """FINDING (high). admin.md: Retry now takes a cancelled job to "pending, runnable now";
+    """Found from the docs (fixed; high).
+    admin.md: Retry now takes a cancelled job to "pending, runnable now";
     the retry clears cancel_requested_at. But the worker that ran the cancelled job keeps the
     job id in JobControls._requested (refreshed only while it holds jobs: tick() returns
     early when idle), so when that idle worker claims the retried job, begin() marks it

@@ -223,6 +223,7 @@ class Completer:
                 job.attempts,
                 error.exception_class,
                 error.message,
+                extra=extra_for(job),
             )
             return status
         self.jobs_failed += 1

@@ -17,6 +17,7 @@ from django.db import DatabaseError
 
 from django_sqlq.control import JobControl
 from django_sqlq.db import ops_for
+from django_sqlq.logs import extra_for
 from django_sqlq.worker.maintenance.service import PeriodicService
 from django_sqlq.worker.retry import reset_connection
 
@@ -61,6 +62,10 @@ class JobControls(PeriodicService):
 
     def end(self, control: JobControl) -> None:
         self._controls.pop(control.job_id, None)
+        if control.job_id in self._requested:
+            # That request was for the attempt that just ended: a retry of the job, claimed
+            # again before the next read, must not inherit it.
+            self._requested = self._requested - {control.job_id}
         if control.has_progress:  # reported and not written yet: written at the next write
             self._ended.append(control)
 
@@ -80,6 +85,7 @@ class JobControls(PeriodicService):
             if progress:
                 ops.write_progress(progress, worker_id=worker.worker_id, now=worker.now())
             if not worker.held.sorted():
+                self._requested = frozenset()  # nothing held: no request can apply
                 return
             requested = ops.cancel_requests(worker_id=worker.worker_id)
         except DatabaseError as exc:
@@ -113,6 +119,12 @@ class JobControls(PeriodicService):
             self._progress_due = now + PROGRESS_INTERVAL
         return progress
 
+    def _extra(self, control: JobControl) -> dict[str, object]:
+        job = self.worker.pool.running.get(control.job_id)
+        if job is not None:
+            return extra_for(job)
+        return {"job_id": control.job_id, "job_attempt": control.attempt}
+
     def _request(self, requested: list[int]) -> None:
         self._requested = frozenset(requested)
         running = [control for i in requested if (control := self._controls.get(i)) is not None]
@@ -122,4 +134,5 @@ class JobControls(PeriodicService):
                     "Worker %s: job id=%s was cancelled while it ran; its handler was told",
                     self.worker.worker_id,
                     control.job_id,
+                    extra=self._extra(control),
                 )
