@@ -1,7 +1,7 @@
 """An outside operator's attack on issue 15 (pause/resume, limits, cancel, progress, metrics,
 traces, logs), learnt from the docs only. Both engines; real worker processes where processes
-matter. Tests marked "FINDING" fail on main at the time of writing: each asserts what the docs
-promise."""
+matter. Each asserts what the docs promise; those marked "Found from the docs" failed when
+written and were fixed (one, a documented limitation, is a strict xfail)."""
 
 from __future__ import annotations
 
