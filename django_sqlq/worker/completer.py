@@ -110,14 +110,20 @@ class Completer:
             return
         self.held.discard(item.job.id for item in batch)
         log = job_logger.isEnabledFor(logging.INFO)
+        completed: dict[str, int] = {}  # per queue: counted once per batch, not per job
         for item in batch:
-            status = written.get(item.job.id)
+            job = item.job
+            status = written.get(job.id)
             if status is None:
-                self.lost(item.job)
+                self.lost(job)
+            elif status == JobStatus.COMPLETED and not log and item.handler.on_finish is None:
+                completed[job.queue] = completed.get(job.queue, 0) + 1  # the usual case
             else:
-                self._written(item, status, log=log)
+                self._written(item, status, log=log, completed=completed)
+        self.jobs_done += sum(completed.values())
+        self.worker.stats.completed_many(completed)
 
-    def _written(self, item: Done, status: str, *, log: bool) -> None:
+    def _written(self, item: Done, status: str, *, log: bool, completed: dict[str, int]) -> None:
         """Count and log one written completion (``status``: completed, or cancelled when
         the handler ran to its end after its cancel was requested); call its hook."""
         job = item.job
@@ -132,8 +138,7 @@ class Completer:
                 extra=extra_for(job),
             )
         else:
-            self.jobs_done += 1
-            self.worker.stats.completed(job.queue)
+            completed[job.queue] = completed.get(job.queue, 0) + 1
             if log:
                 job_logger.info(
                     "Job id=%s type=%s completed in %.3fs attempt=%d",
