@@ -201,14 +201,57 @@ def test_a_cancel_checkpoint_rolls_back_and_a_return_commits_cancelled(spawn_wor
 # -- in this process: what fails the attempt rolls the handler's writes back -------------------
 
 
-def test_a_handler_that_raises_leaves_no_writes():
-    job = enqueue("atomic.write", {"tag": "raises", "fail": True}, max_attempts=2)
+def test_a_handler_that_raises_leaves_no_writes(tmp_path):
+    payload = {"tag": "raises", "fail": True, "follow_up": str(tmp_path / "f")}
+    job = enqueue("atomic.write", payload, max_attempts=2)
     worker = run_burst(backoff=lambda _: 0.0)
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.FAILED, 2)
     assert [e["exception_class"] for e in job.errors] == ["RuntimeError"] * 2
     assert rows("raises") == []
+    assert not Job.objects.filter(type="faults.record").exists()  # its enqueue rolled back too
     assert (worker.completer.jobs_done, worker.completer.jobs_failed) == (0, 2)
+
+
+def test_a_job_enqueued_by_an_atomic_handler_exists_once_it_commits(tmp_path):
+    job = enqueue("atomic.write", {"tag": "parent", "follow_up": str(tmp_path / "f")})
+    run_burst()
+    assert status_of(job) == JobStatus.COMPLETED
+    child = Job.objects.get(type="faults.record")
+    assert (child.payload["n"], child.status) == (job.pk, JobStatus.COMPLETED)
+
+
+def test_a_deferred_sqlite_connection_takes_the_write_lock_before_the_handler(engine):
+    """On a connection the project set to DEFERRED, take_write_lock() takes the lock at the
+    start (BEGIN DEFERRED alone takes none until the first write)."""
+    if engine != "sqlite":
+        pytest.skip("SQLite's write lock")
+    import sqlite3
+
+    from django.db import connection, transaction
+
+    from django_sqlq.db import ops_for
+
+    def locked_for_others() -> bool:
+        other = sqlite3.connect(connection.settings_dict["NAME"], timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            other.close()
+        return False
+
+    connection.ensure_connection()
+    mode = connection.transaction_mode  # type: ignore[attr-defined]
+    connection.transaction_mode = "DEFERRED"  # type: ignore[attr-defined]
+    try:
+        with transaction.atomic():
+            assert not locked_for_others()
+            ops_for("default").take_write_lock()
+            assert locked_for_others()
+    finally:
+        connection.transaction_mode = mode  # type: ignore[attr-defined]
 
 
 def test_an_atomic_handler_that_leaves_its_own_block_open_commits_nothing():
@@ -231,4 +274,5 @@ def test_an_unstorable_result_rolls_back_and_fails_for_good():
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.FAILED, 1)
     assert job.errors[-1]["exception_class"] == "django_sqlq.exceptions.PayloadError"
+    assert "its writes were rolled back" in job.last_error
     assert rows("bad") == []

@@ -263,7 +263,8 @@ class RunnerPool:
             return "lost", lifecycle.ErrorInfo.from_exception(exc)
         except ResultRefused as exc:
             tidy_connections()
-            return "failed_for_good", lifecycle.ErrorInfo.from_exception(_refused(exc.error))
+            error = _refused(exc.error, atomic=True)
+            return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
         except BaseException as exc:
             tidy_connections()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
@@ -307,12 +308,17 @@ class RunnerPool:
         return call
 
 
-def _refused(exc: PayloadError) -> PayloadError:
+def _refused(exc: PayloadError, *, atomic: bool = False) -> PayloadError:
     """The error of a handler whose return value cannot be stored."""
+    why = (
+        "its writes were rolled back, and running it again would return the same"
+        if atomic
+        else "running it again would repeat its work"
+    )
     return PayloadError(
-        f"{exc} The handler ran to the end; the job is failed without retry, "
-        "as running it again would repeat its work (return only what JSON "
-        "can hold: convert datetimes, sets... or store large data elsewhere)."
+        f"{exc} The handler ran to the end; the job is failed without retry, as {why} "
+        "(return only what JSON can hold: convert datetimes, sets... or store large data "
+        "elsewhere)."
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from django_sqlq import handler
+from django_sqlq import enqueue, handler
 from django_sqlq.registry import JobContext
 from tests.testapp.fault_jobs import append_line
 from tests.testapp.models import Order
@@ -35,6 +35,9 @@ def _wait_for_release(payload: dict[str, Any]) -> None:
 def write(payload: dict[str, Any], context: JobContext) -> int:
     """Write the row, wait for ``release`` (if named), then return, or raise if ``fail``."""
     _write_and_announce(payload, context)
+    if payload.get("follow_up"):
+        # Written in the handler's transaction: exists only if it commits.
+        enqueue("faults.record", {"n": context.job_id, "path": payload["follow_up"]})
     _wait_for_release(payload)
     if payload.get("fail"):
         raise RuntimeError("atomic.write failed as asked")
