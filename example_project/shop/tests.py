@@ -85,6 +85,7 @@ class InlineModeTests(TestCase):
     def test_sample_orders_are_confirmed_at_once(self):
         call_command("shop_sample_orders", 3, stdout=StringIO())
         self.assertEqual(Order.objects.filter(confirmation_sent_at__isnull=False).count(), 3)
+        self.assertEqual(Order.objects.filter(paid_at__isnull=False).count(), 3)
 
 
 class LongJobTests(TestCase):
