@@ -78,6 +78,10 @@ class Handler:
     # use them.
     on_start: Callable[[JobContext], None] | None = None
     on_finish: Callable[[JobContext, str, Any], None] | None = None
+    # Run inside a transaction on the queue database that also writes the job's completion
+    # (fenced by worker and attempt): the handler's writes there and its completion commit
+    # together or not at all. Synchronous handlers only.
+    atomic: bool = False
     # Whether ``func`` is a coroutine function: decided once, not for every job.
     is_async: bool = field(init=False, repr=False, compare=False)
 
@@ -109,13 +113,25 @@ def register(
     *,
     timeout: float | None = None,
     takes_context: bool = False,
+    atomic: bool = False,
 ) -> Handler:
     """Register ``func`` under ``name`` (default: its dotted path) and return the Handler."""
     if not callable(func):
         raise TypeError(f"@handler needs a callable, got {func!r}.")
     timeout = validation.check_timeout(timeout, what="A handler timeout")
     name = validate_type_name(name if name is not None else dotted_path(func))
-    spec = Handler(name=name, func=func, timeout=timeout, takes_context=takes_context)
+    if not isinstance(atomic, bool):
+        raise TypeError(f"@handler(atomic=...) takes True or False, got {atomic!r}.")
+    spec = Handler(
+        name=name, func=func, timeout=timeout, takes_context=takes_context, atomic=atomic
+    )
+    if atomic and spec.is_async:
+        raise TypeError(
+            f"@handler(atomic=True) cannot register {dotted_path(func)}: it is a coroutine "
+            "function. An async handler's database calls run in other threads (through "
+            "sync_to_async), outside the transaction the worker would open; write a "
+            "synchronous handler for atomic=True."
+        )
     with _lock:
         existing = _handlers.get(name)
         if existing is not None and dotted_path(existing.func) != dotted_path(func):
@@ -140,6 +156,7 @@ def handler(
     timeout: float | None = None,
     takes_context: bool = False,
     cron: str | Mapping[str, Any] | None = None,
+    atomic: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -149,6 +166,7 @@ def handler(
     timeout: float | None = None,
     takes_context: bool = False,
     cron: str | Mapping[str, Any] | None = None,
+    atomic: bool = False,
 ) -> Any:
     """Register a job handler.
 
@@ -158,14 +176,17 @@ def handler(
     payload. ``cron``: also run it on a schedule (a recurring job named after the job type):
     a cron expression, or a dict with ``cron`` and the other keys of a ``SQLQ["SCHEDULE"]``
     entry (``name``, ``payload``, ``queue``, ``priority``, ``timezone``, ``missed``). A bad
-    expression raises ConfigurationError here. The function is returned unchanged.
+    expression raises ConfigurationError here. ``atomic=True``: run the handler inside a
+    transaction on the queue database that also records the job's completion, so its writes
+    to that database and its completion commit together or not at all (synchronous
+    handlers only; see docs/howto/atomic-handlers.md). The function is returned unchanged.
     """
     if callable(name):
         register(name)
         return name
 
     def decorator(func: F) -> F:
-        spec = register(func, name, timeout=timeout, takes_context=takes_context)
+        spec = register(func, name, timeout=timeout, takes_context=takes_context, atomic=atomic)
         if cron is not None:
             from django_sqlq import schedules
 

@@ -119,3 +119,17 @@ def interrupt_statement(connection: BaseDatabaseWrapper) -> None:
             raw.cancel()
         elif connection.vendor == "sqlite":
             raw.interrupt()
+
+
+def abort_transaction(connection: BaseDatabaseWrapper) -> None:
+    """End the transaction of an abandoned call (a timed-out atomic handler, in another
+    thread) so that it cannot commit and holds no lock: on SQLite, close its connection (the
+    database rolls back and the write lock is released; the abandoned call's next statement
+    fails). On PostgreSQL nothing: its statement was cancelled (interrupt_statement), and the
+    completion it would write is fenced, so the transaction can only roll back; it ends when
+    the call does. Best effort."""
+    raw = connection.connection
+    if raw is None or connection.vendor != "sqlite":
+        return
+    with contextlib.suppress(Exception):
+        raw.close()

@@ -421,6 +421,11 @@ class QueueOps:
                     {"name": name, "paused": False, "now": None},
                 )
 
+    def take_write_lock(self) -> None:
+        """At the start of a transaction that will write, take what a write needs up front
+        (an atomic handler's: SQLite's write lock). Nothing on engines whose writers do not
+        exclude each other."""
+
     def paused_queues(self) -> list[str]:
         """The names of the paused queues (a read of the small ``sqlq_queue`` table)."""
         with self.connection.cursor() as cursor:

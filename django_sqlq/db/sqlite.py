@@ -132,6 +132,16 @@ def pragma(connection: BaseDatabaseWrapper, name: str) -> Any:
 
 
 class SQLiteOps(QueueOps):
+    def take_write_lock(self) -> None:
+        """Take the write lock now, in a transaction Django began DEFERRED (a project that
+        chose ``"transaction_mode": "DEFERRED"``): a no-op UPDATE takes it, waiting up to
+        the busy timeout. A transaction begun IMMEDIATE (the default on the queue database,
+        see :func:`configure`) holds it already."""
+        if getattr(self.connection, "transaction_mode", None) in ("IMMEDIATE", "EXCLUSIVE"):
+            return
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {self.table} SET id = id WHERE 0")
+
     def raw_datetime(self, column: str) -> str:
         # An expression has no declared type, so Django's "datetime" converter skips it; the
         # text sorts as the time does.

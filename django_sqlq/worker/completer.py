@@ -123,6 +123,31 @@ class Completer:
         self.jobs_done += sum(completed.values())
         self.worker.stats.completed_many(completed)
 
+    def committed(self, item: Done, status: str) -> None:
+        """An atomic handler's completion, committed with its writes by the runner thread
+        (worker/atomic.py): count, log and call its hook as for a batch's."""
+        self.held.discard([item.job.id])
+        completed: dict[str, int] = {}
+        self._written(item, status, log=job_logger.isEnabledFor(logging.INFO), completed=completed)
+        self.jobs_done += sum(completed.values())
+        self.worker.stats.completed_many(completed)
+
+    def lost_atomic(self, job: ClaimedJob, error: lifecycle.ErrorInfo) -> None:
+        """An atomic handler whose completion the fence refused: its transaction was rolled
+        back, nothing of this attempt is written (the job belongs to someone else now)."""
+        self.held.discard([job.id])
+        logger.warning(
+            "Job id=%s type=%s attempt=%d: this worker no longer holds the job (its lease "
+            "expired and another worker or an operator took it over); the atomic handler's "
+            "writes were rolled back (%s: %s)",
+            job.id,
+            job.type,
+            job.attempts,
+            error.exception_class,
+            error.message,
+            extra=extra_for(job),
+        )
+
     def _written(self, item: Done, status: str, *, log: bool, completed: dict[str, int]) -> None:
         """Count and log one written completion (``status``: completed, or cancelled when
         the handler ran to its end after its cancel was requested); call its hook."""

@@ -21,7 +21,7 @@ import asgiref
 from django.db import connections
 
 from django_sqlq.control import JobControl
-from django_sqlq.db import has_uncommitted_writes, interrupt_statement
+from django_sqlq.db import abort_transaction, has_uncommitted_writes, interrupt_statement
 from django_sqlq.exceptions import JobTimeoutError, TransactionLeftOpenError
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -78,9 +78,12 @@ def invoke(
     *,
     is_async: bool,
     control: JobControl | None = None,
+    atomic_alias: str | None = None,
 ) -> Any:
     """Run the handler ``func(*args)``. An async one's task is cancelled when ``control``'s
-    cancel is requested (the coroutine sees CancelledError at its next ``await``)."""
+    cancel is requested (the coroutine sees CancelledError at its next ``await``).
+    ``atomic_alias``: ``func`` runs a transaction on that database (an atomic handler's),
+    ended if the call is abandoned at its timeout."""
     if is_async:
         if timeout is None:
             loop = _event_loop()
@@ -97,7 +100,7 @@ def invoke(
         return _call_with_timeout(_run_timed_coroutine, (func, args, timeout, control), timeout)
     if timeout is None:
         return func(*args)
-    return _call_with_timeout(func, args, timeout)
+    return _call_with_timeout(func, args, timeout, atomic_alias=atomic_alias)
 
 
 LEFTOVER_TASKS_GRACE = 1.0
@@ -161,11 +164,18 @@ def _run_timed_coroutine(
         raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s") from exc
 
 
-def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+def _call_with_timeout(
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    timeout: float,
+    *,
+    atomic_alias: str | None = None,
+) -> Any:
     """Run ``func`` in a helper thread and give up waiting after ``timeout`` seconds.
 
     A thread cannot be killed: the abandoned call runs on, but its job is already failed
-    (or retried), and nothing it returns is recorded.
+    (or retried), and nothing it returns is recorded. An atomic handler's transaction (on
+    ``atomic_alias``) is ended under it (abort_transaction): it cannot commit.
     """
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -186,6 +196,10 @@ def _call_with_timeout(func: Callable[..., Any], args: tuple[Any, ...], timeout:
     thread.start()
     if not done.wait(timeout):
         _interrupt_queries(box.get("connections", ()))
+        if atomic_alias is not None:
+            for wrapper in box.get("connections", ()):
+                if wrapper.alias == atomic_alias:
+                    abort_transaction(wrapper)
         raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s and was abandoned")
     if "error" in box:
         raise box["error"]

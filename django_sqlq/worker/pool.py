@@ -21,9 +21,10 @@ from django.utils import timezone, translation
 from django_sqlq import lifecycle, registry, tracing
 from django_sqlq.control import JobControl
 from django_sqlq.db.base import ClaimedJob
-from django_sqlq.exceptions import JobCancelled, PayloadError
+from django_sqlq.exceptions import JobCancelled, LeaseLostError, PayloadError
 from django_sqlq.jsoncodec import decode_json, encode_json
 from django_sqlq.logs import extra_for
+from django_sqlq.worker.atomic import ResultRefused, run_atomic
 from django_sqlq.worker.completer import FLUSH_BATCH, Done
 from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.inbox import STOP, Inbox
@@ -186,6 +187,19 @@ class RunnerPool:
                     completer.since = time.monotonic()
                 completer.pending.append(Done(job, value, handler, elapsed))
             return outcome, value
+        if outcome in ("committed", "lost"):
+            return self._atomic_outcome(job, handler, outcome, value, elapsed)
+        return self._failed(job, handler, control, outcome, value)
+
+    def _failed(
+        self,
+        job: ClaimedJob,
+        handler: registry.Handler | None,
+        control: JobControl,
+        outcome: str,
+        value: lifecycle.ErrorInfo,
+    ) -> tuple[str, Any]:
+        """Write a failed attempt (retried, failed or cancelled) and call its hook."""
         retry = outcome == "failed" and job.attempts <= job.max_attempts
         # Cancelled while it ran (whatever the handler raised: JobCancelled at a checkpoint,
         # CancelledError in an async task, or any error), or cancelled by its own handler.
@@ -196,11 +210,30 @@ class RunnerPool:
             call_hook(self.worker_id, handler.on_finish, context, status, value)
         return outcome, value
 
+    def _atomic_outcome(
+        self,
+        job: ClaimedJob,
+        handler: registry.Handler | None,
+        outcome: str,
+        value: Any,
+        elapsed: float,
+    ) -> tuple[str, Any]:
+        """Account for an atomic handler's attempt: its completion committed with its writes
+        ("committed": (result, status)), or refused by the fence and rolled back ("lost")."""
+        if outcome == "lost" or handler is None:
+            self.completer.lost_atomic(job, value)
+            return "lost", value
+        result, status = value
+        self.completer.committed(Done(job, result, handler, elapsed), status)
+        return "completed", result
+
     def _call_handler(
         self, job: ClaimedJob, handler: registry.Handler, control: JobControl
     ) -> tuple[str, Any]:
         """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
-        attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not."""
+        attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not.
+        An atomic handler's: ("committed", (result, status)) once its completion committed
+        with its writes, or ("lost", ErrorInfo) when the fence refused it (rolled back)."""
         context_before = contextvars.copy_context()
         try:
             payload = decode_json(job.payload)
@@ -210,10 +243,28 @@ class RunnerPool:
             # The job's own timeout, else its handler's, read here in the worker (which
             # imported the handler) rather than at enqueue (where it may not be).
             timeout = job.timeout if job.timeout is not None else handler.timeout
+            if handler.atomic:
+                committed = invoke(
+                    self._atomic_call(job, handler),
+                    args,
+                    timeout,
+                    is_async=False,
+                    control=control,
+                    atomic_alias=self.database,
+                )
+                check_connections()
+                return "committed", committed
             result = invoke(
                 handler.func, args, timeout, is_async=handler.is_async, control=control
             )
             check_connections()
+        except LeaseLostError as exc:
+            tidy_connections()
+            return "lost", lifecycle.ErrorInfo.from_exception(exc)
+        except ResultRefused as exc:
+            tidy_connections()
+            error = _refused(exc.error, atomic=True)
+            return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
         except BaseException as exc:
             tidy_connections()
             return "failed", lifecycle.ErrorInfo.from_exception(exc)
@@ -237,13 +288,38 @@ class RunnerPool:
                     result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES
                 )
             except PayloadError as exc:
-                error = PayloadError(
-                    f"{exc} The handler ran to the end; the job is failed without retry, "
-                    "as running it again would repeat its work (return only what JSON "
-                    "can hold: convert datetimes, sets... or store large data elsewhere)."
-                )
-                return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
+                return "failed_for_good", lifecycle.ErrorInfo.from_exception(_refused(exc))
         return "completed", result
+
+    def _atomic_call(self, job: ClaimedJob, handler: registry.Handler) -> Any:
+        """The function invoke() runs for an atomic handler, in the handler's thread."""
+
+        def call(*args: Any) -> tuple[Any, str]:
+            return run_atomic(
+                handler.func,
+                *args,
+                alias=self.database,
+                job=job,
+                worker_id=self.worker_id,
+                now=self.worker.now,
+                max_result_bytes=self.conf.MAX_PAYLOAD_BYTES,
+            )
+
+        return call
+
+
+def _refused(exc: PayloadError, *, atomic: bool = False) -> PayloadError:
+    """The error of a handler whose return value cannot be stored."""
+    why = (
+        "its writes were rolled back, and running it again would return the same"
+        if atomic
+        else "running it again would repeat its work"
+    )
+    return PayloadError(
+        f"{exc} The handler ran to the end; the job is failed without retry, as {why} "
+        "(return only what JSON can hold: convert datetimes, sets... or store large data "
+        "elsewhere)."
+    )
 
 
 def _describe(value: Any) -> str:

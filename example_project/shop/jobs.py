@@ -32,6 +32,25 @@ def send_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@handler("shop.mark_order_paid", atomic=True)
+def mark_order_paid(payload: dict[str, Any]) -> dict[str, Any]:
+    """Record the order's payment (a payment provider's webhook would enqueue this job).
+
+    ``atomic=True``: the worker runs this handler inside a transaction on the queue's
+    database, and writes the job's completion in that same transaction. ``paid_at`` and the
+    job's "completed" commit together or not at all: a worker that lost the job (frozen past
+    its lease, another worker took it over) commits nothing, and a crash after the commit
+    cannot leave the order paid with its job still to run. Only writes to this database are
+    covered; an e-mail or an API call made here would still need to be idempotent.
+    """
+    order = Order.objects.select_for_update().get(pk=payload["order_id"])
+    if order.paid_at is None:
+        order.paid_at = timezone.now()
+        order.save(update_fields=["paid_at"])
+        logger.info("Order #%s paid", order.pk)
+    return {"order_id": order.pk, "paid_at": order.paid_at.isoformat()}
+
+
 @handler("shop.resend_order_confirmation")
 def resend_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
     """Send the order's confirmation again, when the customer asks for it. Its view enqueues

@@ -9,6 +9,9 @@ class Order(models.Model):
     confirmation_sent_at = models.DateTimeField(
         null=True, blank=True, help_text="Set by the shop.send_order_confirmation job."
     )
+    paid_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set by the shop.mark_order_paid job (atomic)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

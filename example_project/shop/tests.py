@@ -48,6 +48,23 @@ class OrderFormTests(TestCase):
         self.assertEqual(Order.objects.get().confirmation_sent_at, sent_at)
 
 
+class PaymentTests(TestCase):
+    def test_an_order_is_marked_paid_by_an_atomic_job(self):
+        from django_sqlq import registry
+
+        self.assertTrue(registry.get("shop.mark_order_paid").atomic)
+        order = Order.objects.create(**ORDER)
+        enqueue("shop.mark_order_paid", {"order_id": order.pk})
+        outcome = run_jobs()
+        self.assertEqual((outcome.completed, outcome.failed), (1, 0))
+        paid_at = Order.objects.get().paid_at
+        self.assertIsNotNone(paid_at)
+        # Run again (delivery is at least once): still paid once.
+        enqueue("shop.mark_order_paid", {"order_id": order.pk})
+        run_jobs()
+        self.assertEqual(Order.objects.get().paid_at, paid_at)
+
+
 class ResendTests(TestCase):
     def test_a_double_submitted_resend_queues_one_job(self):
         order = Order.objects.create(**ORDER)
@@ -68,6 +85,7 @@ class InlineModeTests(TestCase):
     def test_sample_orders_are_confirmed_at_once(self):
         call_command("shop_sample_orders", 3, stdout=StringIO())
         self.assertEqual(Order.objects.filter(confirmation_sent_at__isnull=False).count(), 3)
+        self.assertEqual(Order.objects.filter(paid_at__isnull=False).count(), 3)
 
 
 class LongJobTests(TestCase):

@@ -10,7 +10,10 @@ ITEMS = ["Rubber duck", "Teapot", "Notebook", "Bicycle bell", "Houseplant", "Kit
 
 
 class Command(BaseCommand):
-    help = "Create N sample orders, each with its confirmation job, as the order form does."
+    help = (
+        "Create N sample orders, each with its confirmation job as the order form does, and "
+        "a job that marks it paid (shop.mark_order_paid, an atomic handler)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("count", type=int, nargs="?", default=5, help="How many orders.")
@@ -24,5 +27,7 @@ class Command(BaseCommand):
                     quantity=random.randint(1, 3),
                 )
                 job = enqueue("shop.send_order_confirmation", {"order_id": order.pk})
+                # As a payment provider's webhook would: an atomic handler marks it paid.
+                enqueue("shop.mark_order_paid", {"order_id": order.pk})
             self.stdout.write(f"Order #{order.pk} ({order.item}) -> job #{job.pk}")
         self.stdout.write(self.style.SUCCESS(f"Created {count} orders with confirmation jobs."))
