@@ -74,6 +74,7 @@ class QueueRow:
     workers: int = 0
     configured: bool = True
     now: datetime | None = None
+    limit: str = ""  # its global limit (SQLQ["QUEUE_LIMITS"]), described: "concurrency 2"
 
     @property
     def oldest_wait(self) -> float | None:
@@ -244,6 +245,9 @@ def queue_rows(
             found[queue][str(status)] = n
     live = [w for w in workers if w.alive]
     names = list(configured) + sorted(set(found) - set(configured))
+    from django_sqlq.conf import get_settings
+
+    limits = get_settings().QUEUE_LIMITS
     result = []
     for name in names:
         counts = found.get(name, {})
@@ -258,6 +262,7 @@ def queue_rows(
                 workers=sum(1 for w in live if w.serves(name)),
                 configured=name in configured,
                 now=now,
+                limit=limits[name].describe() if name in limits else "",
             )
         )
     return result

@@ -3,12 +3,14 @@ in headless Chromium (marker ``browser``, skipped without a browser like the res
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.conf import settings
+from django.test import Client, override_settings
 
 from django_sqlq import dashboard, enqueue
 from django_sqlq.models import Job, JobStatus, Queue
@@ -61,6 +63,17 @@ def test_a_paused_queue_without_jobs_is_listed_with_its_resume_button(
     client.post(url("job_queue_state"), {"queue": "nightly", "action": "pause"})
     live = text(client.get(url("job_dashboard_live")))
     assert 'data-queue="nightly"' in live
+
+
+def test_the_dashboard_shows_each_queues_global_limit(django_user_model: Any) -> None:
+    limits = {"emails": {"concurrency": 2}, "sms": {"rate": "10/s"}}
+    with override_settings(SQLQ={**settings.SQLQ, "QUEUE_LIMITS": limits}):
+        live = text(_client(django_user_model, superuser=True).get(url("job_dashboard_live")))
+    rows = re.findall(r'<tr [^>]*data-queue="([^"]+)".*?data-col="limit">([^<]*)</td>', live, re.S)
+    shown = dict(rows)
+    assert shown["emails"] == "concurrency 2"
+    assert shown["sms"] == "rate 10/s"  # listed though it holds no job and is not configured
+    assert shown["default"] == "-"
 
 
 def test_pausing_needs_the_change_queue_permission_and_a_post(django_user_model: Any) -> None:
