@@ -10,7 +10,7 @@ import json
 import re
 import signal
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +27,9 @@ from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, ScheduleTick
 from django_sqlq.worker import Worker
 from tests.conftest import WorkerProcess, wait_for
+from tests.test_schedules import Clock, at
 
 db = pytest.mark.django_db(transaction=True)
-
-
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
