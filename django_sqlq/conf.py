@@ -207,8 +207,8 @@ def _keep_finished(value: Any) -> dict[str, int | None]:
         if item is None:
             return None
         if isinstance(item, timedelta):
-            item = item.total_seconds()
-            item = int(item) if item == int(item) else item
+            # Whole seconds, rounded up (kept a fraction of a second longer, never shorter).
+            item = math.ceil(item.total_seconds())
         if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_DELAY:
             raise ConfigurationError(
                 f"{label} must be None (keep for ever) or an integer between 0 and "

@@ -14,7 +14,8 @@ import argparse
 import os
 import re
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
@@ -68,6 +69,24 @@ def days(value: str) -> int:
     if not 0 <= number <= MAX_DELAY_SECONDS // 86400:
         raise argparse.ArgumentTypeError(f"must be 0 or more days, got {number}")
     return number
+
+
+T = TypeVar("T")
+
+
+def _checked(option: str, value: Any, parse: Callable[[str], T]) -> T | None:
+    """``value`` (None, or what argparse or a call_command() keyword gave) through the
+    option's converter; a CommandError naming the option if it refuses it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise CommandError(f"--{option}: {value!r} is not a valid value.")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # min_age_days=14.0 is 14 days
+    try:
+        return parse(str(value))
+    except argparse.ArgumentTypeError as exc:
+        raise CommandError(f"--{option}: {exc}") from None
 
 
 def _split(values: list[str] | str | None) -> list[str]:
@@ -174,6 +193,10 @@ class Command(BaseCommand):
             raise CommandError(f"--database {alias!r} is not in settings.DATABASES.")
         if backend is not None:
             self._check_backend(backend)
+        # call_command() keywords skip argparse's converters: the same checks, once more.
+        older_than = _checked("older-than", older_than, duration)
+        min_age_days = _checked("min-age-days", min_age_days, days)
+        failed_min_age_days = _checked("failed-min-age-days", failed_min_age_days, days)
         chosen = self._statuses(statuses, task_status)
         selected_queues = self._queues(queues, queue_name)
         keep = self._keep(conf.KEEP_FINISHED, chosen, older_than, min_age_days)
