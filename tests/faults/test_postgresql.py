@@ -79,7 +79,9 @@ def test_connection_cut_during_a_completion(tmp_path, spawn_worker, report):
         Job.objects.select_for_update().get(pk=job.pk)  # the completion will wait on this row
         release.touch()
         writes = until(
-            lambda: backends("UPDATE sqlq_job SET status = 'completed'%", waiting_for_lock=True),
+            lambda: backends(
+                "UPDATE sqlq_job SET status = CASE %'completed'%", waiting_for_lock=True
+            ),
             10,
             "the worker's completion waiting on the row lock",
         )
