@@ -14,6 +14,8 @@ from django_sqlq.registry import handler
 if TYPE_CHECKING:
     from django_sqlq.api import (
         CancelResult,
+        Chain,
+        JobGroup,
         abulk_enqueue,
         acancel,
         aenqueue,
@@ -32,7 +34,9 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 __all__ = [
     "CancelResult",
+    "Chain",
     "JobCancelled",
+    "JobGroup",
     "__version__",
     "abulk_enqueue",
     "acancel",
@@ -53,6 +57,8 @@ _API = (
     "cancel",
     "acancel",
     "CancelResult",
+    "Chain",
+    "JobGroup",
     "pause_queue",
     "resume_queue",
 )

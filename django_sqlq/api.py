@@ -13,7 +13,7 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from django_sqlq import lifecycle, registry, tracing, validation
+from django_sqlq import lifecycle, registry, tracing, validation, workflows
 from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import is_missing_table, ops_for
@@ -27,8 +27,12 @@ from django_sqlq.exceptions import (
 from django_sqlq.jsoncodec import encode_json as encode_json  # re-exported (older imports)
 from django_sqlq.logs import job_extra
 from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobStatus
+from django_sqlq.models import Chain as Chain  # re-exported: django_sqlq.Chain
+from django_sqlq.workflows import JobGroup as JobGroup  # re-exported: django_sqlq.JobGroup
 
 Target = str | Callable[..., Any]
+#: What ``depends_on`` lists: a Job, a job id, a Chain (``job.chain``), or a group of Jobs.
+Dependency = Job | int | Chain | Sequence[Job]
 
 # A DEBUG line per job written, with the job in ``extra`` (see django_sqlq.logs).
 logger = logging.getLogger("django_sqlq.enqueue")
@@ -94,6 +98,9 @@ def _options(
     return fields
 
 
+options_for = _options  # for django_sqlq.workflows (a chain's next step)
+
+
 def _caller_alias(queue_alias: str, using: str | None) -> str | None:
     """The alias whose open transaction the enqueue belongs to, or None if there is none."""
     if using is not None:
@@ -115,8 +122,18 @@ def _write(
     """Insert the jobs with one statement per chunk (one per job with a ``unique_key``). On
     PostgreSQL the same statement sends the NOTIFY that wakes idle workers when the
     transaction commits."""
+    dependencies: workflows.Dependencies | None = getattr(jobs[0], "_sqlq_deps", None)
     try:
-        _insert(queue_alias, jobs, delay_seconds, unique_for)
+        if dependencies is None:
+            _insert(queue_alias, jobs, delay_seconds, unique_for)
+        else:
+            # The jobs and what they wait for commit together (or not at all: a dependency
+            # that does not exist raises, and no job is left behind).
+            with transaction.atomic(using=queue_alias):
+                _insert(queue_alias, jobs, delay_seconds, unique_for)
+                for job in jobs:
+                    if job.created:
+                        workflows.attach(queue_alias, job, dependencies)
     except DatabaseError as exc:
         if is_missing_table(exc):
             raise ConfigurationError(
@@ -383,6 +400,8 @@ def enqueue(
     using: str | None = None,
     unique_key: str | None = None,
     unique_for: timedelta | None = None,
+    depends_on: Sequence[Dependency] | None = None,
+    on_dependency_failure: str = "fail",
 ) -> Job:
     """Add a job. Bad input raises here and writes nothing.
 
@@ -393,9 +412,14 @@ def enqueue(
     ``unique_key``: while a job with this key is scheduled, pending or processing (and,
     with ``unique_for``, while one finished less than that long ago), write nothing and
     return that job instead; ``job.created`` tells which (True: written by this call).
+    ``depends_on``: Jobs, job ids, Chains (``job.chain``) and groups (what bulk_enqueue()
+    returns): the job is ``blocked`` until every one of them has completed, then runs.
+    ``on_dependency_failure``: when one fails for good or is cancelled, ``"fail"`` this
+    job (the default), ``"cancel"`` it, or ``"run"`` it anyway.
     """
     conf = get_settings()
     type_name = registry.type_name_for(target)
+    dependencies = _dependencies(depends_on, on_dependency_failure)
     if payload is None:
         payload = {}
     encoded = encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
@@ -414,10 +438,23 @@ def enqueue(
         fields["unique_key"] = validation.check_unique_key(unique_key)
     delay_seconds = fields.pop("_delay_seconds", None)
     job = _new_job(fields, payload, encoded)
+    if dependencies is not None:
+        job._sqlq_deps = dependencies  # type: ignore[attr-defined]
     _submit(conf.DATABASE, [job], using, delay_seconds, window)
     if conf.TESTING == "inline":
         _run_inline(conf.DATABASE, [job], using)
     return job
+
+
+def _dependencies(
+    depends_on: Sequence[Dependency] | None, on_dependency_failure: str
+) -> workflows.Dependencies | None:
+    """enqueue()'s ``depends_on`` and ``on_dependency_failure``, checked (None: none)."""
+    policy = workflows.check_policy(on_dependency_failure)
+    if depends_on is None:
+        return None
+    targets = workflows.targets_of(depends_on)
+    return workflows.Dependencies(targets, policy) if targets else None
 
 
 def _short_repr(value: object, limit: int = 60) -> str:
@@ -438,7 +475,9 @@ def bulk_enqueue(
     using: str | None = None,
     unique_key: UniqueKeys | None = None,
     unique_for: timedelta | None = None,
-) -> list[Job]:
+    depends_on: Sequence[Dependency] | None = None,
+    on_dependency_failure: str = "fail",
+) -> JobGroup:
     """Add one job per payload, all of one type, in one statement (a few for huge lists).
 
     Every payload is checked before anything is written: one bad payload writes no job.
@@ -446,6 +485,9 @@ def bulk_enqueue(
     that returns the key (or ``None``) of a payload. Each job with a key is one INSERT of
     its own, as in enqueue(); a key a live job holds, or one given twice in the call, gives
     that job back in the key's places (``job.created`` False) instead of writing another.
+    Returns the jobs as a :class:`~django_sqlq.workflows.JobGroup` (a list), which other
+    jobs can wait for: ``enqueue(..., depends_on=[group])``, or ``group.then(...)``.
+    ``depends_on``, ``on_dependency_failure``: as enqueue() takes them, for every job.
     """
     if isinstance(payloads, (str, bytes, bytearray, Mapping)) or not isinstance(
         payloads, Iterable
@@ -458,6 +500,7 @@ def bulk_enqueue(
         )
     conf = get_settings()
     type_name = registry.type_name_for(target)
+    dependencies = _dependencies(depends_on, on_dependency_failure)
     items: Sequence[Any] = [{} if p is None else p for p in payloads]
     encoded: list[str] = []
     for index, payload in enumerate(items):
@@ -478,7 +521,10 @@ def bulk_enqueue(
     window = validation.check_unique(unique_key, unique_for)
     keys = _unique_keys(unique_key, items)
     delay_seconds = fields.pop("_delay_seconds", None)
-    jobs = [_new_job(fields, p, text) for p, text in zip(items, encoded, strict=True)]
+    jobs = JobGroup(_new_job(fields, p, text) for p, text in zip(items, encoded, strict=True))
+    if dependencies is not None:
+        for job in jobs:
+            job._sqlq_deps = dependencies  # type: ignore[attr-defined]
     if keys is not None:
         for job, key in zip(jobs, keys, strict=True):
             job.unique_key = key
@@ -532,6 +578,8 @@ async def aenqueue(
     using: str | None = None,
     unique_key: str | None = None,
     unique_for: timedelta | None = None,
+    depends_on: Sequence[Dependency] | None = None,
+    on_dependency_failure: str = "fail",
 ) -> Job:
     """``enqueue()`` for async code (an ``async def`` view), as ``Task.aenqueue`` is.
 
@@ -554,6 +602,8 @@ async def aenqueue(
         using=using,
         unique_key=unique_key,
         unique_for=unique_for,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
 
 
@@ -570,7 +620,9 @@ async def abulk_enqueue(
     using: str | None = None,
     unique_key: UniqueKeys | None = None,
     unique_for: timedelta | None = None,
-) -> list[Job]:
+    depends_on: Sequence[Dependency] | None = None,
+    on_dependency_failure: str = "fail",
+) -> JobGroup:
     """``bulk_enqueue()`` for async code; the same guarantees as :func:`aenqueue`. The jobs
     are written in one transaction: all of them, or (on any error) none."""
     return await sync_to_async(bulk_enqueue, thread_sensitive=True)(
@@ -585,6 +637,8 @@ async def abulk_enqueue(
         using=using,
         unique_key=unique_key,
         unique_for=unique_for,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
 
 

@@ -74,6 +74,7 @@ __all__ = ["SQLQBackend"]
 
 # Job statuses -> the framework's.
 STATUSES: Final[Mapping[str, TaskResultStatus]] = {
+    statuses.BLOCKED: TaskResultStatus.READY,
     statuses.SCHEDULED: TaskResultStatus.READY,
     statuses.PENDING: TaskResultStatus.READY,
     statuses.PROCESSING: TaskResultStatus.RUNNING,

@@ -69,7 +69,15 @@ class JobControl:
     attribute store), and the service writes what it reads unless it already wrote that
     very object, so a report made while the service reads is written at its next turn."""
 
-    __slots__ = ("_on_cancel", "_progress", "_written", "attempt", "cancelled", "job_id")
+    __slots__ = (
+        "_on_cancel",
+        "_progress",
+        "_written",
+        "attempt",
+        "cancelled",
+        "continuation",
+        "job_id",
+    )
 
     def __init__(self, job_id: int, attempt: int) -> None:
         self.job_id = job_id
@@ -78,6 +86,9 @@ class JobControl:
         self._progress: Progress | None = None  # the last report
         self._written: Progress | None = None  # the last report the service took
         self._on_cancel: list[Callable[[], object]] | None = None
+        # The chain's next step (django_sqlq.workflows.Continuation), set by the handler's
+        # context.continue_with() and written with the completion.
+        self.continuation: object | None = None
 
     # -- the handler's side ---------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from django_sqlq import statuses
+from django_sqlq import statuses, workflows
 from django_sqlq._django import raw_delete
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
@@ -208,29 +208,46 @@ def fail_or_retry(
     ``retry_in=None`` fails the job at once. Returns the new status, or None when this
     worker no longer held the job.
     """
-    return ops_for(alias).fail(
-        cancel=cancel,
-        job_id=job.id,
-        attempt=job.attempts,
-        worker_id=worker_id,
-        error=error.summary(),
-        error_entry=error.entry(attempt=job.attempts, worker_id=worker_id),
-        retry_in=retry_in,
-        now=now,
-    )
+    with transaction.atomic(using=alias, savepoint=False):
+        status = ops_for(alias).fail(
+            cancel=cancel,
+            job_id=job.id,
+            attempt=job.attempts,
+            worker_id=worker_id,
+            error=error.summary(),
+            error_entry=error.entry(attempt=job.attempts, worker_id=worker_id),
+            retry_in=retry_in,
+            now=now,
+        )
+        if status in statuses.FINISHED:
+            # Failed for good or cancelled: the jobs that wait for it (or for its chain,
+            # which ends here) learn it in this transaction.
+            chain = job.chain_id if job.chain_id is not None else job.id
+            workflows.finished(alias, [workflows.Ended(job.id, chain, status)], now=now)
+    return status
 
 
 def release(
     alias: str, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None
 ) -> int:
-    """processing -> pending for jobs claimed but never started; their attempt is not counted."""
-    return ops_for(alias).release(job_ids, worker_id=worker_id, now=now)
+    """processing -> pending for jobs claimed but never started; their attempt is not counted
+    (cancelled, for those whose cancel was requested meanwhile)."""
+    with transaction.atomic(using=alias, savepoint=False):
+        released = ops_for(alias).release(job_ids, worker_id=worker_id, now=now)
+        if released:
+            workflows.finished(alias, workflows.ended_of(alias, job_ids), now=now)
+    return released
 
 
 def reap(alias: str, *, now: datetime | None = None) -> list[tuple[int, str, str, int, str]]:
     """processing -> pending (or failed, attempts spent) for every expired lease. Returns
     (id, type, new status, attempts, queue) of each."""
-    return ops_for(alias).reap(now=now)
+    with transaction.atomic(using=alias, savepoint=False):
+        reaped = ops_for(alias).reap(now=now)
+        ended = [row[0] for row in reaped if row[2] in statuses.FINISHED]
+        if ended:
+            workflows.finished(alias, workflows.ended_of(alias, ended), now=now)
+    return reaped
 
 
 def extend_leases(
@@ -354,11 +371,30 @@ def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
 
 
 WAITING = (JobStatus.SCHEDULED, JobStatus.PENDING)
+#: The statuses an operator can cancel at once: waiting for their time, their turn, or
+#: other jobs.
+NOT_STARTED = (JobStatus.BLOCKED, *WAITING)
 
 
 def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
-    """scheduled | pending -> cancelled."""
-    return _apply(ids, WAITING, alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow())
+    """blocked | scheduled | pending -> cancelled. The jobs that wait for a cancelled job
+    are decided by their policy, in the same transaction."""
+    alias = alias or get_settings().DATABASE
+    wanted = set(ids)
+    with transaction.atomic(using=alias):
+        ops_for(alias).take_write_lock()
+        targets = list(
+            Job.objects.using(alias)
+            .filter(pk__in=wanted, status__in=NOT_STARTED)
+            .values_list("pk", flat=True)
+        )
+        outcome = _apply(
+            targets, NOT_STARTED, alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow()
+        )
+        if outcome.changed:
+            ops_for(alias).drop_blockers_of(sorted(targets))
+            workflows.finished(alias, workflows.ended_of(alias, targets))
+    return Outcome(changed=outcome.changed, skipped=len(wanted) - outcome.changed)
 
 
 def request_cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
@@ -372,7 +408,7 @@ def request_cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 
 
-CANCELLABLE = (*WAITING, JobStatus.PROCESSING)
+CANCELLABLE = (*NOT_STARTED, JobStatus.PROCESSING)
 
 
 def cancel_or_request(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
@@ -410,8 +446,21 @@ def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
-    deleted = raw_delete(
-        Job.objects.using(alias).filter(pk__in=wanted).exclude(status=JobStatus.PROCESSING),
-        alias,
-    )
+    jobs = Job.objects.using(alias)
+    with transaction.atomic(using=alias):
+        ops_for(alias).take_write_lock()
+        # Jobs that had yet to finish: those that wait for them learn it as a cancel.
+        unfinished = list(
+            jobs.filter(pk__in=wanted, status__in=NOT_STARTED).values_list("pk", "chain_id")
+        )
+        deleted = raw_delete(
+            jobs.filter(pk__in=wanted).exclude(status=JobStatus.PROCESSING), alias
+        )
+        if unfinished:
+            gone = [pk for pk, _ in unfinished]
+            ops_for(alias).drop_blockers_of(gone)
+            cancelled = JobStatus.CANCELLED
+            workflows.finished(
+                alias, [workflows.Ended(pk, chain or pk, cancelled) for pk, chain in unfinished]
+            )
     return Outcome(changed=deleted, skipped=len(wanted) - deleted)

@@ -23,6 +23,7 @@ PRIORITY_MAX = 100
 class JobStatus(models.TextChoices):
     """The values of ``django_sqlq.statuses``, with their labels."""
 
+    BLOCKED = statuses.BLOCKED, _("Blocked")
     SCHEDULED = statuses.SCHEDULED, _("Scheduled")
     PENDING = statuses.PENDING, _("Pending")
     PROCESSING = statuses.PROCESSING, _("Processing")
@@ -34,6 +35,15 @@ class JobStatus(models.TextChoices):
 FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
+class DependencyPolicy(models.TextChoices):
+    """What a blocked job does when a job it depends on fails for good or is cancelled
+    (``enqueue(..., depends_on=..., on_dependency_failure=...)``)."""
+
+    FAIL = "fail", _("Fail it")
+    CANCEL = "cancel", _("Cancel it")
+    RUN = "run", _("Run it anyway")
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def pending(self) -> JobQuerySet:
         return self.filter(status=JobStatus.PENDING)
@@ -41,6 +51,10 @@ class JobQuerySet(models.QuerySet["Job"]):
     def waiting(self) -> JobQuerySet:
         """Jobs that have not started: scheduled for later, or pending."""
         return self.filter(status__in=(JobStatus.SCHEDULED, JobStatus.PENDING))
+
+    def blocked(self) -> JobQuerySet:
+        """Jobs that wait for other jobs (``enqueue(..., depends_on=...)``)."""
+        return self.filter(status=JobStatus.BLOCKED)
 
     def processing(self) -> JobQuerySet:
         return self.filter(status=JobStatus.PROCESSING)
@@ -168,6 +182,41 @@ class Job(models.Model):
         help_text=_("The trace context of the code that enqueued the job (OpenTelemetry)."),
     )
 
+    # Workflows (issue 16). Nullable, without defaults: added without rewriting the table,
+    # and NULL on every job that is neither in a chain nor waits for others.
+    chain_id = models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The id of the chain's first job, on every step of a chain "
+            "(context.continue_with()); empty for a job that never continued."
+        ),
+    )
+    chain_index = models.PositiveIntegerField(
+        null=True, blank=True, editable=False, help_text=_("The step's position: 0 first.")
+    )
+    blockers_left = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Of the jobs and chains a blocked job waits for, those not done yet."),
+    )
+    depends_on = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("What the job was enqueued to wait for: [{'job': id} or {'chain': id}, ...]."),
+    )
+    dependency_policy = models.CharField(  # noqa: DJ001 (NULL: no dependencies)
+        max_length=8,
+        null=True,
+        blank=True,
+        choices=DependencyPolicy.choices,
+        editable=False,
+        help_text=_("What the job does when one of its dependencies fails or is cancelled."),
+    )
+
     #: Set on the Jobs that ``enqueue()`` and ``bulk_enqueue()`` return: True when the call
     #: wrote this row, False when it returned an existing job with the same ``unique_key``
     #: instead (as ``get_or_create()``'s ``created``). None on jobs read from the database,
@@ -239,6 +288,14 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=JobStatus.values), name="sqlq_job_status_valid"
             ),
+            # A chain's steps, in order (the admin's chain page, depends_on=[chain]); unique:
+            # a step is written once, in the transaction that completes the step before it.
+            # Partial: jobs outside chains never enter it.
+            models.UniqueConstraint(
+                fields=["chain_id", "chain_index"],
+                name="sqlq_job_chain_step_unique",
+                condition=Q(chain_id__isnull=False),
+            ),
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
                 name="sqlq_job_priority_range",
@@ -262,6 +319,76 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    @property
+    def chain(self) -> Chain:
+        """The chain this job starts or belongs to, for ``depends_on=[job.chain]``: done
+        when its last step completes (a job that never continues is a chain of one)."""
+        if self.pk is None:
+            raise ValueError(
+                f"{self!r} is not written yet (enqueued on another database, it is written "
+                "when the caller's transaction commits): it has no chain to wait for yet."
+            )
+        return Chain(self.chain_id if self.chain_id is not None else self.pk)
+
+
+class Chain:
+    """A chain of jobs (a job and the steps that continued it), named by its first job's
+    id: ``enqueue(..., depends_on=[Chain(id)])`` waits until its last step completes."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id: int) -> None:
+        if isinstance(id, bool) or not isinstance(id, int):
+            raise TypeError(f"Chain() takes the id of the chain's first job, got {id!r}.")
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"Chain({self.id})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Chain) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(("chain", self.id))
+
+    def jobs(self, using: str | None = None) -> JobQuerySet:
+        """Its steps, first first (the first job too, once it has continued)."""
+        jobs = Job.objects.all() if using is None else Job.objects.using(using)
+        return jobs.filter(Q(pk=self.id) | Q(chain_id=self.id)).order_by("chain_index", "id")
+
+
+class JobBlocker(models.Model):
+    """One thing a blocked job waits for: a job (``chain`` False) or a chain named by its
+    first job's id (``chain`` True). Written with the blocked job, in its transaction, and
+    deleted in the transaction that completes (or fails, or cancels) what it names: a row
+    here always means "not done yet". Plain columns, not foreign keys: the pruner and the
+    operators delete jobs with one raw DELETE each."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField(help_text=_("The blocked job."))
+    blocker_id = models.BigIntegerField(help_text=_("The job, or the chain's first job."))
+    chain = models.BooleanField(default=False)
+
+    objects: ClassVar[models.Manager[JobBlocker]] = QueueDatabaseManager()  # type: ignore[assignment]
+
+    class Meta:
+        db_table = "sqlq_job_blocker"
+        verbose_name = _("job blocker")
+        verbose_name_plural = _("job blockers")
+        indexes = [
+            # Resolution: the rows naming the jobs a completion just finished.
+            models.Index(fields=["blocker_id"], name="sqlq_job_blocker_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job_id", "blocker_id", "chain"], name="sqlq_job_blocker_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        kind = "chain" if self.chain else "job"
+        return f"job {self.job_id} waits for {kind} {self.blocker_id}"
 
 
 class FailedJob(Job):

@@ -62,6 +62,47 @@ class JobContext:
         else:
             check_progress(fraction, message)  # the same errors outside a worker
 
+    def continue_with(
+        self,
+        target: Any,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: Any = None,
+        delay: Any = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Continue this job's chain with the next step: a job of ``target`` (a handler's
+        name, dotted path or function) with ``payload``, written in the same transaction
+        that records this job completed, and only then. Nothing is written if this attempt
+        fails (its retry may ask again), is cancelled, or lost its lease. ``queue``: this
+        job's queue unless given; the other options as ``enqueue()`` takes them, checked
+        here (bad input raises in the handler). Once per attempt."""
+        if self.control is None:
+            raise RuntimeError(
+                "continue_with() needs a job run by a worker (or by django_sqlq.testing's "
+                "run_jobs()): this JobContext was made by hand."
+            )
+        if self.control.continuation is not None:
+            raise RuntimeError(
+                f"Job id={self.job_id} already asked to continue with a next step; a chain "
+                "step has one next step (enqueue() more jobs, or a group, for a fan-out)."
+            )
+        from django_sqlq.workflows import continuation
+
+        self.control.continuation = continuation(
+            target,
+            payload,
+            queue=self.queue if queue is None else queue,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
+
 
 @dataclass(frozen=True)
 class Handler:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+BLOCKED: Final = "blocked"
 SCHEDULED: Final = "scheduled"
 PENDING: Final = "pending"
 PROCESSING: Final = "processing"
@@ -17,9 +18,9 @@ FAILED: Final = "failed"
 CANCELLED: Final = "cancelled"
 
 #: Every status, in the order of a job's life (the model's choices follow it).
-ALL: Final = (SCHEDULED, PENDING, PROCESSING, COMPLETED, FAILED, CANCELLED)
+ALL: Final = (BLOCKED, SCHEDULED, PENDING, PROCESSING, COMPLETED, FAILED, CANCELLED)
 #: The statuses of a job that will not run again unless an operator retries it.
 FINISHED: Final = (COMPLETED, FAILED, CANCELLED)
 #: The statuses of a job that has yet to finish: while a job with a ``unique_key`` is in one
 #: of them, no other job with that key can be enqueued (``sqlq_job_unique_key_live``).
-LIVE: Final = (SCHEDULED, PENDING, PROCESSING)
+LIVE: Final = (BLOCKED, SCHEDULED, PENDING, PROCESSING)

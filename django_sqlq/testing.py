@@ -29,9 +29,10 @@ from django.db.models import F
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_sqlq import lifecycle, registry
+from django_sqlq import lifecycle, registry, workflows
 from django_sqlq.conf import get_settings
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.control import JobControl
+from django_sqlq.db.base import ClaimedJob
 from django_sqlq.exceptions import UnknownHandlerError
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.logs import extra_for
@@ -325,10 +326,12 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
     claimed = _claim(alias, job_id, now or timezone.now())
     if claimed is None:
         return None
-    context = job_context(claimed, TEST_WORKER_ID, alias)
+    control = JobControl(claimed.id, claimed.attempts)
+    context = job_context(claimed, TEST_WORKER_ID, alias, control)
     handler: registry.Handler | None = None
     error: BaseException | None = None
     result: Any = None
+    follow: list[int] = []
     try:
         handler = registry.get(claimed.type)
         if handler.on_start is not None:
@@ -342,14 +345,16 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
     except Exception as exc:
         error = exc
     if error is None and handler is not None:
-        written = lifecycle.complete(
-            alias,
-            [Finished(claimed.id, claimed.attempts, result)],
-            worker_id=TEST_WORKER_ID,
-            now=now or timezone.now(),
+        then = cast("workflows.Continuation | None", control.continuation)
+        done = workflows.complete(
+            alias, [(claimed, result, then)], worker_id=TEST_WORKER_ID, now=now or timezone.now()
         )
-        status: str | None = JobStatus.COMPLETED if written else None
+        status: str | None = done.statuses.get(claimed.id)
         outcome: Any = result
+        if get_settings().TESTING == "inline":
+            # As enqueue() runs a job at once in inline mode: the chain's next step, and the
+            # jobs this one was the last to wait for.
+            follow = [*done.continued, *done.released]
     else:
         assert error is not None
         info = lifecycle.ErrorInfo.from_exception(error)
@@ -378,6 +383,8 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
         _hook(handler.on_finish, context, status, outcome)
     if error is not None and raise_errors:
         raise error
+    for job_id in follow:
+        run_job(job_id, now=now, raise_errors=raise_errors)
     return status
 
 

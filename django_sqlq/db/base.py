@@ -71,11 +71,15 @@ RECENTLY_FINISHED_SQL = (
 
 
 #: Enqueue options an INSERT writes as NULL when the fields leave them out.
-OPTIONAL_FIELDS = ("unique_key", "trace")
+OPTIONAL_FIELDS = ("unique_key", "trace", "chain_id", "chain_index")
 
 # ``errors`` keeps the entries of the last attempts only: a job retried for ever (a huge
 # max_attempts) would otherwise grow its row by an entry (up to ~68 KB) per attempt.
 MAX_ERROR_ENTRIES = 50
+
+#: The most values one ``IN (...)`` list of the workflows' statements holds (SQLite takes
+#: at most 32,766 parameters in a statement).
+IN_CHUNK = 500
 
 
 class QueueOps:
@@ -469,6 +473,194 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return {row[0]: str(row[1]) for row in cursor.fetchall()}
+
+    # -- workflows (django_sqlq.workflows): chains and jobs that wait for others ----------
+
+    blocker_table = "sqlq_job_blocker"
+
+    def for_share(self) -> str:
+        """A clause that locks the rows a SELECT reads against updates until the transaction
+        ends (PostgreSQL). SQLite: nothing; its one writer at a time is the lock."""
+        return ""
+
+    def dependency_rows(self, job_ids: Sequence[int]) -> dict[int, tuple[str, int | None]]:
+        """{id: (status, chain_id)} of the jobs ``job_ids`` that exist, locked (PostgreSQL)
+        until the caller's transaction ends, in id order: a completion of one of them waits
+        for the enqueue that is about to depend on it."""
+        found: dict[int, tuple[str, int | None]] = {}
+        ids = sorted(set(job_ids))
+        for start in range(0, len(ids), IN_CHUNK):
+            in_sql, params = self.in_list_sql("id", ids[start : start + IN_CHUNK], "ids")
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT id, status, chain_id FROM {self.table} WHERE {in_sql} "
+                    f"ORDER BY id{self.for_share()}",
+                    params,
+                )
+                found.update({row[0]: (str(row[1]), row[2]) for row in cursor.fetchall()})
+        return found
+
+    def chain_last_step(self, root: int) -> tuple[int, str] | None:
+        """(id, status) of chain ``root``'s last step written so far, locked as
+        :meth:`dependency_rows` locks; None when the chain has no job left (pruned)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, status FROM {self.table} WHERE chain_id = %(root)s "
+                f"ORDER BY chain_index DESC LIMIT 1{self.for_share()}",
+                {"root": root},
+            )
+            row = cursor.fetchone()
+            if row is None:  # a job that never continued: a chain of one
+                cursor.execute(
+                    f"SELECT id, status FROM {self.table} WHERE id = %(root)s{self.for_share()}",
+                    {"root": root},
+                )
+                row = cursor.fetchone()
+        return None if row is None else (row[0], str(row[1]))
+
+    def has_next_step(self, root: int, job_id: int) -> bool:
+        """Whether chain ``root`` has a step after the job ``job_id``."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {self.table} WHERE chain_id = %(root)s AND chain_index > "
+                f"COALESCE((SELECT chain_index FROM {self.table} WHERE id = %(job)s), 0) "
+                f"LIMIT 1",
+                {"root": root, "job": job_id},
+            )
+            return cursor.fetchone() is not None
+
+    def add_blockers(
+        self,
+        job_id: int,
+        blockers: Sequence[tuple[int, bool]],
+        *,
+        depends_on: list[dict[str, int]],
+        policy: str,
+    ) -> None:
+        """Make the new job ``job_id`` wait: one blocker row per (id, chain) in ``blockers``,
+        and the job ``blocked`` with that many left. With no blockers, it keeps its status
+        and only records what it depended on."""
+        with self.connection.cursor() as cursor:
+            for start in range(0, len(blockers), IN_CHUNK):
+                chunk = blockers[start : start + IN_CHUNK]
+                values = ", ".join(
+                    f"(%(job)s, %(b{index})s, %(c{index})s)" for index in range(len(chunk))
+                )
+                params: dict[str, Any] = {"job": job_id}
+                for index, (blocker, chain) in enumerate(chunk):
+                    params[f"b{index}"] = blocker
+                    params[f"c{index}"] = chain
+                cursor.execute(
+                    f"INSERT INTO {self.blocker_table} (job_id, blocker_id, chain) "
+                    f"VALUES {values}",
+                    params,
+                )
+            status = "'blocked'" if blockers else "status"
+            cursor.execute(
+                f"UPDATE {self.table} SET status = {status}, blockers_left = %(left)s, "
+                f"depends_on = {self.json_param_sql('depends_on')}, "
+                f"dependency_policy = %(policy)s WHERE id = %(job)s",
+                {
+                    "job": job_id,
+                    "left": len(blockers) or None,
+                    "depends_on": json.dumps(depends_on),
+                    "policy": policy,
+                },
+            )
+
+    def take_blockers(
+        self, job_ids: Sequence[int], ended_chains: Sequence[int]
+    ) -> list[tuple[int, int, bool]]:
+        """Delete the blocker rows that name the jobs ``job_ids`` (which just finished) and
+        the chains ``ended_chains`` (by their first job's id: chains that just ended).
+        Returns (blocked job, blocker id, chain) of each row deleted. One probe of the
+        blockers' index, which is empty unless jobs wait."""
+        ids = list(job_ids)
+        if not ids:
+            return []
+        in_ids, params = self.in_list_sql("blocker_id", ids, "done")
+        where = f"({in_ids} AND chain = %(no)s)"
+        if ended_chains:
+            in_chains, chain_params = self.in_list_sql("blocker_id", list(ended_chains), "ended")
+            where += f" OR ({in_chains} AND chain = %(yes)s)"
+            params.update(chain_params)
+        sql = f"DELETE FROM {self.blocker_table} WHERE {where} RETURNING job_id, blocker_id, chain"
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {**params, "yes": True, "no": False})
+            return [(row[0], row[1], bool(row[2])) for row in cursor.fetchall()]
+
+    def start_chain(self, job_id: int) -> None:
+        """Make the job ``job_id`` the first step of a chain (as it continues)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.table} SET chain_id = id, chain_index = 0 "
+                f"WHERE id = %(id)s AND chain_id IS NULL",
+                {"id": job_id},
+            )
+
+    def drop_blockers_of(self, job_ids: Sequence[int]) -> None:
+        """Delete the blocker rows of the jobs ``job_ids``: they no longer wait (cancelled,
+        failed by their policy, deleted)."""
+        ids = list(job_ids)
+        for start in range(0, len(ids), IN_CHUNK):
+            in_sql, params = self.in_list_sql("job_id", ids[start : start + IN_CHUNK], "ids")
+            with self.connection.cursor() as cursor:
+                cursor.execute(f"DELETE FROM {self.blocker_table} WHERE {in_sql}", params)
+
+    def unblock(
+        self, counts: Mapping[int, int], *, now: datetime | None = None
+    ) -> tuple[list[int], list[str]]:
+        """Count ``counts[id]`` more dependencies of each blocked job done; a job with none
+        left becomes runnable (``scheduled`` when its time is still to come). Returns the
+        ids of the jobs released and the queues of those made pending (to wake workers)."""
+        by_count: dict[int, list[int]] = {}
+        for job_id, count in counts.items():
+            by_count.setdefault(count, []).append(job_id)
+        now_sql = self.now_sql()
+        released: list[int] = []
+        queues: list[str] = []
+        for count, ids in sorted(by_count.items()):
+            in_sql, params = self.in_list_sql("id", sorted(ids), "ids")
+            left = f"COALESCE(blockers_left, 0) - {int(count)}"
+            sql = (
+                f"UPDATE {self.table} SET blockers_left = CASE WHEN {left} > 0 THEN {left} "
+                f"ELSE NULL END, status = CASE WHEN {left} > 0 THEN 'blocked' "
+                f"WHEN scheduled_at > {now_sql} THEN 'scheduled' ELSE 'pending' END, "
+                f"updated_at = {now_sql} "
+                f"WHERE {in_sql} AND {self.unindexed('status')} = 'blocked' "
+                f"RETURNING id, status, queue"
+            )
+            with self.connection.cursor() as cursor:
+                cursor.execute(sql, {**params, "now": self.clock(now)})
+                for job_id, status, queue in cursor.fetchall():
+                    if status != "blocked":
+                        released.append(job_id)
+                    if status == "pending":
+                        queues.append(str(queue))
+        return released, queues
+
+    def break_blocked(
+        self, reasons: Mapping[int, str], *, now: datetime | None = None, blocked: bool = True
+    ) -> list[tuple[int, str]]:
+        """The blocked jobs ``reasons`` names, whose dependency failed or was cancelled, are
+        failed or cancelled by their policy (``run``: left alone), with ``reasons[id]`` as
+        their error. Returns (id, new status) of each job changed. ``blocked=False``: a job
+        just written, not blocked yet (a dependency had failed already)."""
+        now_sql = self.now_sql()
+        waiting = "'blocked'" if blocked else "'blocked', 'scheduled', 'pending'"
+        changed: list[tuple[int, str]] = []
+        with self.connection.cursor() as cursor:
+            for job_id, reason in sorted(reasons.items()):
+                cursor.execute(
+                    f"UPDATE {self.table} SET status = CASE WHEN dependency_policy = 'cancel' "
+                    f"THEN 'cancelled' ELSE 'failed' END, blockers_left = NULL, "
+                    f"completed_at = {now_sql}, updated_at = {now_sql}, last_error = %(error)s "
+                    f"WHERE id = %(id)s AND {self.unindexed('status')} IN ({waiting}) "
+                    f"AND COALESCE(dependency_policy, 'fail') <> 'run' RETURNING id, status",
+                    {"id": job_id, "error": reason, "now": self.clock(now)},
+                )
+                changed.extend((row[0], str(row[1])) for row in cursor.fetchall())
+        return changed
 
     def finished_rows_sql(
         self, finished: Sequence[Finished]

@@ -25,6 +25,8 @@ class ClaimedJob(NamedTuple):
     priority: int
     scheduled_at: Any
     trace: str | None = None  # the enqueuer's trace context (django_sqlq.tracing)
+    chain_id: int | None = None  # the chain's first job, for a step of a chain
+    chain_index: int | None = None
 
 
 class New(enum.Enum):
@@ -71,6 +73,11 @@ JOB_COLUMNS: Final[dict[str, New | str | None]] = {
     "progress_message": None,
     "progress_at": None,
     "trace": New.FIELD,
+    "chain_id": New.FIELD,
+    "chain_index": New.FIELD,
+    "blockers_left": None,
+    "depends_on": None,
+    "dependency_policy": None,
 }
 
 #: The columns an INSERT writes, in order.

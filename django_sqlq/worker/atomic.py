@@ -23,9 +23,9 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from django_sqlq import lifecycle
+from django_sqlq import workflows
 from django_sqlq.db import ops_for
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.db.base import ClaimedJob
 from django_sqlq.exceptions import LeaseLostError, PayloadError, TransactionLeftOpenError
 from django_sqlq.jsoncodec import encode_json
 
@@ -48,6 +48,7 @@ def run_atomic(
     worker_id: str,
     now: Callable[[], datetime | None],
     max_result_bytes: int,
+    control: Any = None,
 ) -> tuple[Any, str]:
     """Call ``func(*args)`` in a transaction on ``alias`` and complete ``job`` in it.
     Returns (the handler's result, the job's new status: completed or cancelled)."""
@@ -73,12 +74,10 @@ def run_atomic(
                 encode_json(result, what="handler's return value", limit=max_result_bytes)
             except PayloadError as exc:
                 raise ResultRefused(exc) from exc
-        written = lifecycle.complete_statuses(
-            alias,
-            [Finished(job.id, job.attempts, result)],
-            worker_id=worker_id,
-            now=now(),
-        )
+        then = getattr(control, "continuation", None)
+        written = workflows.complete(
+            alias, [(job, result, then)], worker_id=worker_id, now=now()
+        ).statuses
         status = written.get(job.id)
         if status is None:
             raise LeaseLostError(

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import DatabaseError
 
-from django_sqlq import lifecycle, registry
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq import lifecycle, registry, workflows
+from django_sqlq.db.base import ClaimedJob
 from django_sqlq.exceptions import JobInterruptedError
 from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
 from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.retry import reset_connection, with_retry
+from django_sqlq.workflows import Continuation
 
 if TYPE_CHECKING:
     from django_sqlq.worker.core import Worker
@@ -44,6 +45,7 @@ class Done(NamedTuple):
     result: Any
     handler: registry.Handler
     elapsed: float
+    then: Continuation | None = None  # the chain's next step (context.continue_with())
 
 
 class Completer:
@@ -183,14 +185,18 @@ class Completer:
             )
 
     def _complete(self, batch: list[Done]) -> dict[int, str]:
+        """Write the batch's completions, their chains' next steps and the release of the
+        jobs that waited for them, in one transaction (django_sqlq.workflows)."""
         return with_retry(
             self.worker,
             "complete",
-            lambda: lifecycle.complete_statuses(
-                self.database,
-                [Finished(item.job.id, item.job.attempts, item.result) for item in batch],
-                worker_id=self.worker_id,
-                now=self.worker.now(),
+            lambda: (
+                workflows.complete(
+                    self.database,
+                    [(item.job, item.result, item.then) for item in batch],
+                    worker_id=self.worker_id,
+                    now=self.worker.now(),
+                ).statuses
             ),
         )
 

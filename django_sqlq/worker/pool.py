@@ -185,7 +185,9 @@ class RunnerPool:
             with completer.lock:
                 if not completer.pending:
                     completer.since = time.monotonic()
-                completer.pending.append(Done(job, value, handler, elapsed))
+                completer.pending.append(
+                    Done(job, value, handler, elapsed, control.continuation)  # type: ignore[arg-type]
+                )
             return outcome, value
         if outcome in ("committed", "lost"):
             return self._atomic_outcome(job, handler, outcome, value, elapsed)
@@ -245,7 +247,7 @@ class RunnerPool:
             timeout = job.timeout if job.timeout is not None else handler.timeout
             if handler.atomic:
                 committed = invoke(
-                    self._atomic_call(job, handler),
+                    self._atomic_call(job, handler, control),
                     args,
                     timeout,
                     is_async=False,
@@ -291,7 +293,7 @@ class RunnerPool:
                 return "failed_for_good", lifecycle.ErrorInfo.from_exception(_refused(exc))
         return "completed", result
 
-    def _atomic_call(self, job: ClaimedJob, handler: registry.Handler) -> Any:
+    def _atomic_call(self, job: ClaimedJob, handler: registry.Handler, control: JobControl) -> Any:
         """The function invoke() runs for an atomic handler, in the handler's thread."""
 
         def call(*args: Any) -> tuple[Any, str]:
@@ -303,6 +305,7 @@ class RunnerPool:
                 worker_id=self.worker_id,
                 now=self.worker.now,
                 max_result_bytes=self.conf.MAX_PAYLOAD_BYTES,
+                control=control,
             )
 
         return call

@@ -1,0 +1,383 @@
+"""Workflows: chains of jobs, and jobs that wait for other jobs (issue 16).
+
+**Chains.** A handler continues its job with the next step (``context.continue_with()``):
+the next job is written in the transaction that records this one completed, so a step
+never runs twice in its chain and is never lost between two steps. Every step stores its
+chain's id (the first job's id) and its position (``chain_id``, ``chain_index``).
+
+**Dependencies.** ``enqueue(..., depends_on=[...])`` writes a job ``blocked``, with one row
+in ``sqlq_job_blocker`` per job or chain it waits for. Blocked jobs are outside every index
+the claim reads. The transaction that finishes a job (completed, failed for good,
+cancelled) deletes the rows naming it (one probe of the blockers' index, empty unless jobs
+wait) and counts them off each blocked job's ``blockers_left``: the last one makes it
+``pending`` in that same transaction. A dependency that fails or is cancelled decides the
+blocked job by its ``dependency_policy``: fail it, cancel it, or count it as done (run).
+
+Concurrency: on PostgreSQL the enqueue locks the rows of what it depends on (``FOR
+SHARE``) before it decides whether to wait, so a completion of one of them waits for the
+enqueue's commit and then sees its blocker rows; each blocked job's count is one row that
+concurrent completions update in turn. On SQLite one writer at a time does both.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from django.db import transaction
+
+from django_sqlq import statuses
+from django_sqlq.db import ops_for
+from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.exceptions import InvalidJobError
+from django_sqlq.models import Chain, DependencyPolicy, Job
+
+if TYPE_CHECKING:
+    from django_sqlq.api import Target as HandlerTarget
+
+logger = logging.getLogger("django_sqlq.worker")
+
+#: ``on_dependency_failure`` values: what a blocked job does when a job it waits for fails
+#: for good or is cancelled.
+POLICIES = tuple(DependencyPolicy.values)
+
+#: The most times an enqueue follows a chain that grows while it looks for its last step.
+MAX_CHAIN_HOPS = 1000
+
+
+class JobGroup(list[Job]):
+    """The jobs ``bulk_enqueue()`` wrote (a list, as before), which can be waited for as
+    one: ``enqueue(..., depends_on=[group])`` or ``group.then(...)`` runs once every job of
+    the group (and every chain they start) has completed."""
+
+    def then(self, target: HandlerTarget, payload: Any = None, **options: Any) -> Job:
+        """Enqueue one job that waits for every job of this group (fan-in):
+        ``enqueue(target, payload, depends_on=[self], **options)``."""
+        from django_sqlq.api import enqueue
+
+        depends_on = [self, *(options.pop("depends_on", None) or ())]
+        return enqueue(target, payload, depends_on=depends_on, **options)
+
+
+class Blocker(NamedTuple):
+    """One thing a job waits for: a job (``chain`` False) or a chain, by its first job."""
+
+    id: int
+    chain: bool
+
+
+def _job_id(item: object, where: str) -> int:
+    if isinstance(item, Job):
+        if item.pk is None:
+            raise InvalidJobError(
+                f"depends_on{where}: {item!r} is not written yet (enqueued on another "
+                "database, it is written when the caller's transaction commits)."
+            )
+        return int(item.pk)
+    if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+        raise InvalidJobError(
+            f"depends_on{where} takes Jobs, job ids, Chains (job.chain) and groups (what "
+            f"bulk_enqueue() returns); got {item!r}."
+        )
+    return item
+
+
+def targets_of(depends_on: object) -> list[Blocker]:
+    """``depends_on`` checked, as the distinct targets it names, in order. A Job or an id:
+    that job; a Chain: the chain's last step; a group (or any list of Jobs inside the
+    list): the chain each of its jobs starts."""
+    if isinstance(depends_on, (str, bytes, Mapping, Job, Chain, int)) or not isinstance(
+        depends_on, Iterable
+    ):
+        raise InvalidJobError(
+            f"depends_on takes a list of Jobs, job ids, Chains and groups; got {depends_on!r}."
+        )
+    found: dict[Blocker, None] = {}
+    for index, item in enumerate(depends_on):
+        where = f"[{index}]"
+        if isinstance(item, Chain):
+            found[Blocker(item.id, True)] = None
+        elif isinstance(item, (list, tuple)):
+            for inner, member in enumerate(item):
+                found[Blocker(_job_id(member, f"{where}[{inner}]"), True)] = None
+        else:
+            found[Blocker(_job_id(item, where), False)] = None
+    return list(found)
+
+
+def check_policy(policy: object) -> str:
+    if policy not in POLICIES:
+        raise InvalidJobError(
+            f"on_dependency_failure must be one of {', '.join(map(repr, POLICIES))}, "
+            f"got {policy!r}."
+        )
+    return str(policy)
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """What one enqueue waits for, checked, until its row is written."""
+
+    targets: list[Blocker]
+    policy: str
+
+    def as_json(self) -> list[dict[str, int]]:
+        return [{"chain" if t.chain else "job": t.id} for t in self.targets]
+
+
+def attach(alias: str, job: Job, dependencies: Dependencies) -> None:
+    """Make the just-written ``job`` wait for ``dependencies``, in the transaction that
+    wrote it: blocked, unless all of them are done already (or one failed and its policy
+    fails or cancels it now). Raises InvalidJobError for a job or chain that does not
+    exist; the caller's transaction (or savepoint) then writes nothing."""
+    ops = ops_for(alias)
+    targets = dependencies.targets
+    rows = ops.dependency_rows([t.id for t in targets if not t.chain])
+    waiting: list[tuple[int, bool]] = []
+    broken: list[str] = []
+    for target in targets:
+        if target.chain:
+            state = _chain_state(alias, target.id)
+        else:
+            row = rows.get(target.id)
+            if row is None:
+                raise InvalidJobError(
+                    f"depends_on: there is no job with id {target.id} (deleted, pruned, or "
+                    "never written)."
+                )
+            state = row[0]
+        if state == statuses.COMPLETED:
+            continue
+        if state in (statuses.FAILED, statuses.CANCELLED):
+            broken.append(_reason(target, state))
+        else:
+            waiting.append((target.id, target.chain))
+    policy = dependencies.policy
+    if broken and policy != DependencyPolicy.RUN:
+        status = statuses.CANCELLED if policy == DependencyPolicy.CANCEL else statuses.FAILED
+        ops.add_blockers(job.pk, [], depends_on=dependencies.as_json(), policy=policy)
+        ops.break_blocked({job.pk: broken[0]}, blocked=False)
+        job.status = status
+        job.last_error = broken[0]
+    else:
+        ops.add_blockers(job.pk, waiting, depends_on=dependencies.as_json(), policy=policy)
+        if waiting:
+            job.status = statuses.BLOCKED
+            job.blockers_left = len(waiting)
+    job.depends_on = dependencies.as_json()
+    job.dependency_policy = policy
+
+
+def _chain_state(alias: str, root: int) -> str:
+    """The status of chain ``root``: its last step's, ``processing`` while that step has
+    completed but a next one exists (found on the next turn). Locks that step (PostgreSQL)
+    so the chain cannot end unseen before the caller commits."""
+    ops = ops_for(alias)
+    for _ in range(MAX_CHAIN_HOPS):
+        last = ops.chain_last_step(root)
+        if last is None:
+            raise InvalidJobError(
+                f"depends_on: there is no chain {root} (no job with that id or chain id)."
+            )
+        job_id, status = last
+        if status != statuses.COMPLETED or not ops.has_next_step(root, job_id):
+            return status
+    return statuses.PROCESSING  # pragma: no cover - a chain growing faster than we read
+
+
+def _reason(target: Blocker, status: str) -> str:
+    what = f"chain {target.id}" if target.chain else f"job id={target.id}"
+    return f"django_sqlq.exceptions.DependencyFailed: {what}, which this job depends on, {status}."
+
+
+class Ended(NamedTuple):
+    """A job that just finished: its id, its chain's id (its own when not in a chain), its
+    status, and whether its chain ends with it (not when it continued)."""
+
+    id: int
+    chain: int
+    status: str
+    chain_ended: bool = True
+
+
+def resolve(alias: str, ended: Sequence[Ended], *, now: datetime | None = None) -> list[int]:
+    """In the transaction that finished the jobs ``ended``: count them off the jobs that
+    wait for them, release those with nothing left to wait for (and wake their workers),
+    and fail or cancel by their policy those whose dependency failed or was cancelled (and
+    so on down the jobs that wait for these). Returns the ids of the jobs released."""
+    ops = ops_for(alias)
+    released: list[int] = []
+    queues: list[str] = []
+    while ended:
+        rows = ops.take_blockers(
+            [e.id for e in ended], sorted({e.chain for e in ended if e.chain_ended})
+        )
+        if not rows:
+            break
+        by_job = {e.id: e for e in ended}
+        by_chain = {e.chain: e for e in ended if e.chain_ended}
+        counts: dict[int, int] = defaultdict(int)
+        broken: dict[int, int] = defaultdict(int)
+        reasons: dict[int, str] = {}
+        for waiter, blocker, chain in rows:
+            source = by_chain[blocker] if chain else by_job[blocker]
+            if source.status == statuses.COMPLETED:
+                counts[waiter] += 1
+            else:
+                broken[waiter] += 1
+                reasons.setdefault(waiter, _reason(Blocker(blocker, chain), source.status))
+        changed = ops.break_blocked(reasons, now=now) if reasons else []
+        gone = {job_id for job_id, _ in changed}
+        for waiter, count in broken.items():
+            if waiter not in gone:  # policy "run": a dependency that ended counts as done
+                counts[waiter] += count
+        if gone:
+            ops.drop_blockers_of(sorted(gone))
+            for job_id, status in changed:
+                logger.info(
+                    "Job id=%s %s: a job it depends on failed or was cancelled", job_id, status
+                )
+        made, made_queues = ops.unblock(
+            {w: n for w, n in counts.items() if w not in gone}, now=now
+        )
+        released.extend(made)
+        queues.extend(made_queues)
+        # The jobs failed or cancelled here have waiters of their own (a blocked job is never
+        # in a chain: it has not run).
+        ended = [Ended(job_id, job_id, status) for job_id, status in changed]
+    if queues:
+        ops.notify(queues)
+    return released
+
+
+def ended_of(alias: str, job_ids: Iterable[int]) -> list[Ended]:
+    """The jobs ``job_ids`` that are finished now, as :class:`Ended` (each ends its chain:
+    completed jobs are not passed here)."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return []
+    rows = (
+        Job.objects.using(alias)
+        .filter(pk__in=ids, status__in=statuses.FINISHED)
+        .values_list("pk", "chain_id", "status")
+    )
+    return [Ended(pk, chain or pk, status) for pk, chain, status in rows]
+
+
+# -- chains ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """The next step of a chain, as ``context.continue_with()`` checked it: written when
+    the step that asked for it is recorded completed."""
+
+    fields: dict[str, Any]
+    payload: str
+    delay_seconds: float | None
+
+
+def continuation(
+    target: HandlerTarget,
+    payload: Any,
+    *,
+    queue: str,
+    priority: int,
+    run_at: datetime | None,
+    delay: float | timedelta | None,
+    max_attempts: int | None,
+    timeout: float | None,
+) -> Continuation:
+    """A next step, checked as ``enqueue()`` checks a job (bad input raises here)."""
+    from django_sqlq import registry
+    from django_sqlq.api import options_for
+    from django_sqlq.conf import get_settings
+    from django_sqlq.jsoncodec import encode_json
+
+    conf = get_settings()
+    type_name = registry.type_name_for(target)
+    encoded = encode_json({} if payload is None else payload, limit=conf.MAX_PAYLOAD_BYTES)
+    fields = options_for(
+        conf,
+        type_name,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+    )
+    delay_seconds = fields.pop("_delay_seconds", None)
+    fields.setdefault("scheduled_at", None)
+    fields["unique_key"] = None
+    return Continuation(fields, encoded, delay_seconds)
+
+
+def continue_chain(alias: str, job: ClaimedJob, then: Continuation) -> int:
+    """Write the step after ``job``, in the transaction that completes ``job``. Returns its
+    id."""
+    ops = ops_for(alias)
+    root = job.chain_id if job.chain_id is not None else job.id
+    if job.chain_id is None:
+        ops.start_chain(job.id)
+    fields = {
+        **then.fields,
+        "chain_id": root,
+        "chain_index": (job.chain_index or 0) + 1,
+        "trace": job.trace,
+    }
+    row = ops.insert_one(payload=then.payload, fields=fields, delay_seconds=then.delay_seconds)
+    return int(row[0])
+
+
+class Outcome(NamedTuple):
+    """What :func:`complete` wrote: each written job's status, the next steps written and
+    the jobs released, by id."""
+
+    statuses: dict[int, str]
+    continued: list[int]
+    released: list[int]
+
+
+def complete(
+    alias: str,
+    done: Sequence[tuple[ClaimedJob, Any, Continuation | None]],
+    *,
+    worker_id: str,
+    now: datetime | None = None,
+) -> Outcome:
+    """Record attempts completed (job, result, next step) in one transaction: the fenced
+    completion of every job, the next step of those that continue their chain, and the
+    release of the jobs that waited for them. A job this worker no longer holds is left
+    out (fenced) and its next step not written."""
+    ops = ops_for(alias)
+    ordered = sorted(done, key=lambda item: item[0].id)  # rows locked in one order
+    with transaction.atomic(using=alias, savepoint=False):
+        written = ops.complete_statuses(
+            [Finished(job.id, job.attempts, result) for job, result, _ in ordered],
+            worker_id=worker_id,
+            now=now,
+        )
+        ended: list[Ended] = []
+        continued: list[int] = []
+        for job, _, then in ordered:
+            status = written.get(job.id)
+            if status is None:
+                continue
+            goes_on = then is not None and status == statuses.COMPLETED
+            if then is not None and goes_on:
+                continued.append(continue_chain(alias, job, then))
+            chain = job.chain_id if job.chain_id is not None else job.id
+            ended.append(Ended(job.id, chain, status, chain_ended=not goes_on))
+        released = resolve(alias, ended, now=now)
+    return Outcome(written, continued, released)
+
+
+def finished(alias: str, ended: Sequence[Ended], *, now: datetime | None = None) -> list[int]:
+    """:func:`resolve` for jobs that failed for good or were cancelled; nothing for others."""
+    final = [e for e in ended if e.status in statuses.FINISHED]
+    return resolve(alias, final, now=now) if final else []
