@@ -2,31 +2,19 @@
 
 Checked against Django 5.2 and 6.1 (the versions the test matrix runs: ``py311-dj52`` and
 ``py313-dj61``); both are exercised by every run of the suite (``enqueue()`` builds every job
-with :func:`unsaved_instance`; the admin's delete action goes through :func:`raw_delete`).
+with :func:`unsaved_instance`). The admin's delete action needs no private API: it is one
+``DELETE ... RETURNING`` of its own (``QueueOps.delete_jobs``).
 When a Django release changes one of them, this is the file to change.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.db import models
 from django.db.models.base import ModelState
 
 M = TypeVar("M", bound=models.Model)
-
-
-def raw_delete(queryset: models.QuerySet[Any], alias: str) -> int:
-    """Delete the rows ``queryset`` matches in one ``DELETE ... WHERE`` with its conditions;
-    returns how many. ``QuerySet._raw_delete`` (private; the same in 5.2 and 6.1): no related
-    objects collected, no ``pre_delete``/``post_delete`` signals.
-
-    Why not ``QuerySet.delete()``: it is one statement only while nothing listens to the
-    delete signals for the model. Once any receiver does, it first reads the matching rows and
-    then deletes them by primary key, so a job that a worker claims in between (no longer
-    matching "not processing") would be deleted under its worker. The jobs table has no
-    relations to cascade to."""
-    return int(queryset._raw_delete(alias))  # type: ignore[attr-defined]
 
 
 def unsaved_instance(model: type[M]) -> M:

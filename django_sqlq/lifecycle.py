@@ -31,7 +31,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from django_sqlq import statuses, workflows
-from django_sqlq._django import raw_delete
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
@@ -184,11 +183,20 @@ def complete(
 
 
 def complete_statuses(
-    alias: str, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
+    alias: str,
+    finished: Sequence[Finished],
+    *,
+    worker_id: str,
+    now: datetime | None = None,
+    unwaited: bool = False,
 ) -> dict[int, str]:
     """processing -> completed, or cancelled for a job whose cancel was requested while it
-    ran. Returns {id: new status} for the jobs written (the others were lost: fenced)."""
-    return ops_for(alias).complete_statuses(finished, worker_id=worker_id, now=now)
+    ran. Returns {id: new status} for the jobs written (the others were lost: fenced).
+    ``unwaited``: only the jobs no other job waits for; the others are left out as lost
+    ones are, for ``django_sqlq.workflows.complete`` (which releases their waiters)."""
+    return ops_for(alias).complete_statuses(
+        finished, worker_id=worker_id, now=now, unwaited=unwaited
+    )
 
 
 def fail_or_retry(
@@ -442,25 +450,22 @@ def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """Delete jobs that are not running. A ``processing`` job is skipped: its worker holds it.
 
     One conditional ``DELETE`` (no cascade to collect, no signals), so a job a worker claims
-    meanwhile no longer matches and is skipped, never deleted under its worker.
+    meanwhile no longer matches and is skipped, never deleted under its worker. The jobs that
+    waited for a deleted unfinished job are decided as if it was cancelled.
     """
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
-    jobs = Job.objects.using(alias)
+    ops = ops_for(alias)
     with transaction.atomic(using=alias):
-        ops_for(alias).take_write_lock()
+        rows = ops.delete_jobs(sorted(wanted))
         # Jobs that had yet to finish: those that wait for them learn it as a cancel.
-        unfinished = list(
-            jobs.filter(pk__in=wanted, status__in=NOT_STARTED).values_list("pk", "chain_id")
-        )
-        deleted = raw_delete(
-            jobs.filter(pk__in=wanted).exclude(status=JobStatus.PROCESSING), alias
-        )
+        unfinished = [(pk, chain) for pk, status, chain in rows if status in NOT_STARTED]
         if unfinished:
             gone = [pk for pk, _ in unfinished]
-            ops_for(alias).drop_blockers_of(gone)
+            ops.drop_blockers_of(gone)
             cancelled = JobStatus.CANCELLED
             workflows.finished(
                 alias, [workflows.Ended(pk, chain or pk, cancelled) for pk, chain in unfinished]
             )
+    deleted = len(rows)
     return Outcome(changed=deleted, skipped=len(wanted) - deleted)

@@ -217,6 +217,10 @@ class Job(models.Model):
         help_text=_("What the job does when one of its dependencies fails or is cancelled."),
     )
 
+    # True once a job waits for this one (or for its chain, of which this is the last
+    # step): its completion then releases them; NULL (most jobs) completes on the plain path.
+    waited_on = models.BooleanField(null=True, blank=True, editable=False)
+
     #: Set on the Jobs that ``enqueue()`` and ``bulk_enqueue()`` return: True when the call
     #: wrote this row, False when it returned an existing job with the same ``unique_key``
     #: instead (as ``get_or_create()``'s ``created``). None on jobs read from the database,

@@ -136,7 +136,7 @@ def attach(alias: str, job: Job, dependencies: Dependencies) -> None:
     exist; the caller's transaction (or savepoint) then writes nothing."""
     ops = ops_for(alias)
     targets = dependencies.targets
-    rows = ops.dependency_rows([t.id for t in targets if not t.chain])
+    rows = ops.mark_waited([t.id for t in targets if not t.chain])
     waiting: list[tuple[int, bool]] = []
     broken: list[str] = []
     for target in targets:
@@ -173,18 +173,19 @@ def attach(alias: str, job: Job, dependencies: Dependencies) -> None:
 
 
 def _chain_state(alias: str, root: int) -> str:
-    """The status of chain ``root``: its last step's, ``processing`` while that step has
-    completed but a next one exists (found on the next turn). Locks that step (PostgreSQL)
-    so the chain cannot end unseen before the caller commits."""
+    """The status of chain ``root``: its last step's (a step that completed and continued
+    is passed for the next). Marks that step waited for, which locks it (PostgreSQL) until
+    the caller commits: the chain cannot end unseen."""
     ops = ops_for(alias)
     for _ in range(MAX_CHAIN_HOPS):
         last = ops.chain_last_step(root)
-        if last is None:
+        locked = ops.mark_waited([last]) if last is not None else {}
+        if last is None or last not in locked:
             raise InvalidJobError(
                 f"depends_on: there is no chain {root} (no job with that id or chain id)."
             )
-        job_id, status = last
-        if status != statuses.COMPLETED or not ops.has_next_step(root, job_id):
+        status = locked[last][0]
+        if status != statuses.COMPLETED or not ops.has_next_step(root, last):
             return status
     return statuses.PROCESSING  # pragma: no cover - a chain growing faster than we read
 
@@ -329,6 +330,10 @@ def continue_chain(alias: str, job: ClaimedJob, then: Continuation) -> int:
         "chain_id": root,
         "chain_index": (job.chain_index or 0) + 1,
         "trace": job.trace,
+        # Jobs may wait for the chain, whose last step this is now: its completion takes
+        # the path that releases them (a step's completion takes it anyway, as it
+        # continues; only the last step's would not).
+        "waited_on": True,
     }
     row = ops.insert_one(payload=then.payload, fields=fields, delay_seconds=then.delay_seconds)
     return int(row[0])

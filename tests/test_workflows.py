@@ -10,9 +10,20 @@ from typing import Any
 
 import pytest
 
-from django_sqlq import Chain, JobGroup, bulk_enqueue, cancel, enqueue
+from django_sqlq import (
+    Chain,
+    JobGroup,
+    bulk_enqueue,
+    cancel,
+    enqueue,
+    handler,
+    lifecycle,
+    workflows,
+)
+from django_sqlq.db.base import Finished
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job, JobBlocker, JobStatus
+from django_sqlq.registry import JobContext
 from django_sqlq.testing import run_jobs
 from tests.conftest import run_burst
 from tests.testapp import workflow_jobs  # noqa: F401 (registers the handlers)
@@ -145,9 +156,11 @@ def test_a_chain_already_continued_is_waited_for_to_its_end(tmp_path):
 def test_a_group_fans_in(tmp_path):
     path = tmp_path / "runs"
     group = bulk_enqueue("wf.record", [rec(path, f"t{i}") for i in range(20)])
-    assert isinstance(group, JobGroup) and isinstance(group, list)
+    assert isinstance(group, JobGroup)
+    assert isinstance(group, list)
     album = group.then("wf.record", rec(path, "album"))
-    assert album.status == JobStatus.BLOCKED and album.blockers_left == 20
+    assert album.status == JobStatus.BLOCKED
+    assert album.blockers_left == 20
     run_burst()
     assert ran(path)[-1] == "album"
     assert ran(path).count("album") == 1
@@ -232,3 +245,33 @@ def test_a_missing_dependency_is_refused_and_writes_nothing():
 def test_a_bad_policy_is_refused():
     with pytest.raises(InvalidJobError, match="on_dependency_failure"):
         enqueue("wf.record", {}, on_dependency_failure="ignore")
+
+
+@handler("wf.waits_on_me", takes_context=True)
+def waits_on_me(payload: dict[str, Any], context: JobContext) -> None:
+    """While it runs (claimed, processing), enqueue a job that waits for it."""
+    enqueue("wf.record", rec(Path(payload["path"]), "after"), depends_on=[context.job_id])
+
+
+def test_a_job_waited_for_after_its_claim_releases_its_waiter(tmp_path):
+    """The worker's one-statement completion leaves out jobs waited for (waited_on), even
+    when the wait began after the claim: the waiter is released, not left blocked."""
+    path = tmp_path / "runs"
+    job = enqueue("wf.waits_on_me", {"path": str(path)})
+    run_burst()
+    assert status(job) == JobStatus.COMPLETED
+    assert ran(path) == ["after"]
+    assert not Job.objects.filter(status=JobStatus.BLOCKED).exists()
+
+
+def test_the_plain_completion_leaves_out_a_job_waited_for():
+    job = enqueue("wf.record", {})
+    claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=1, lease_seconds=60)
+    waiter = enqueue("wf.record", {}, depends_on=[job])
+    done = [Finished(claimed[0].id, claimed[0].attempts)]
+    assert lifecycle.complete_statuses("default", done, worker_id="w", unwaited=True) == {}
+    assert status(job) == JobStatus.PROCESSING
+    outcome = workflows.complete("default", [(claimed[0], None, None)], worker_id="w")
+    assert outcome.statuses == {job.pk: JobStatus.COMPLETED}
+    assert outcome.released == [waiter.pk]
+    assert status(waiter) == JobStatus.PENDING

@@ -71,7 +71,7 @@ RECENTLY_FINISHED_SQL = (
 
 
 #: Enqueue options an INSERT writes as NULL when the fields leave them out.
-OPTIONAL_FIELDS = ("unique_key", "trace", "chain_id", "chain_index")
+OPTIONAL_FIELDS = ("unique_key", "trace", "chain_id", "chain_index", "waited_on")
 
 # ``errors`` keeps the entries of the last attempts only: a job retried for ever (a huge
 # max_attempts) would otherwise grow its row by an entry (up to ~68 KB) per attempt.
@@ -446,11 +446,18 @@ class QueueOps:
         return list(self.complete_statuses(finished, worker_id=worker_id, now=now))
 
     def complete_statuses(
-        self, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
+        self,
+        finished: Sequence[Finished],
+        *,
+        worker_id: str,
+        now: datetime | None = None,
+        unwaited: bool = False,
     ) -> dict[int, str]:
         """:meth:`complete`, returning each written job's new status: ``completed``, or
         ``cancelled`` for a job whose cancel was requested while it ran (the handler ran to
-        its end, but the job was cancelled: its outcome is recorded as such)."""
+        its end, but the job was cancelled: its outcome is recorded as such).
+        ``unwaited``: only jobs no other job waits for (``waited_on`` unset); the others
+        are left out, as a lost job is, for the caller to complete with their waiters."""
         if not finished:
             return {}
         now_sql = self.now_sql()
@@ -467,6 +474,7 @@ class QueueOps:
             f"AND {self.table}.attempts = {columns['attempt']} "
             f"AND {self.unindexed(f'{self.table}.status')} = 'processing' "
             f"AND {self.table}.locked_by = %(worker_id)s "
+            f"{f'AND {self.table}.waited_on IS NULL ' if unwaited else ''}"
             f"RETURNING {self.table}.id, {self.table}.status"
         )
         params = {"now": self.clock(now), "worker_id": worker_id, **source_params}
@@ -478,45 +486,39 @@ class QueueOps:
 
     blocker_table = "sqlq_job_blocker"
 
-    def for_share(self) -> str:
-        """A clause that locks the rows a SELECT reads against updates until the transaction
-        ends (PostgreSQL). SQLite: nothing; its one writer at a time is the lock."""
-        return ""
-
-    def dependency_rows(self, job_ids: Sequence[int]) -> dict[int, tuple[str, int | None]]:
-        """{id: (status, chain_id)} of the jobs ``job_ids`` that exist, locked (PostgreSQL)
-        until the caller's transaction ends, in id order: a completion of one of them waits
-        for the enqueue that is about to depend on it."""
+    def mark_waited(self, job_ids: Sequence[int]) -> dict[int, tuple[str, int | None]]:
+        """Mark the jobs ``job_ids`` as waited for (``waited_on``: their completion then
+        takes the path that releases their waiters) and return {id: (status, chain_id)} of
+        those that exist. The UPDATE locks their rows until the caller's transaction ends
+        (PostgreSQL), in id order: a completion of one of them waits for the enqueue that
+        is about to depend on it, then sees the mark and the blocker rows."""
         found: dict[int, tuple[str, int | None]] = {}
         ids = sorted(set(job_ids))
         for start in range(0, len(ids), IN_CHUNK):
             in_sql, params = self.in_list_sql("id", ids[start : start + IN_CHUNK], "ids")
             with self.connection.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT id, status, chain_id FROM {self.table} WHERE {in_sql} "
-                    f"ORDER BY id{self.for_share()}",
-                    params,
+                    f"UPDATE {self.table} SET waited_on = %(yes)s WHERE {in_sql} "
+                    f"RETURNING id, status, chain_id",
+                    {**params, "yes": True},
                 )
                 found.update({row[0]: (str(row[1]), row[2]) for row in cursor.fetchall()})
         return found
 
-    def chain_last_step(self, root: int) -> tuple[int, str] | None:
-        """(id, status) of chain ``root``'s last step written so far, locked as
-        :meth:`dependency_rows` locks; None when the chain has no job left (pruned)."""
+    def chain_last_step(self, root: int) -> int | None:
+        """The id of chain ``root``'s last step written so far (not locked: see
+        :meth:`mark_waited`); None when the chain has no job (never written, or pruned)."""
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id, status FROM {self.table} WHERE chain_id = %(root)s "
-                f"ORDER BY chain_index DESC LIMIT 1{self.for_share()}",
+                f"SELECT id FROM {self.table} WHERE chain_id = %(root)s "
+                f"ORDER BY chain_index DESC LIMIT 1",
                 {"root": root},
             )
             row = cursor.fetchone()
             if row is None:  # a job that never continued: a chain of one
-                cursor.execute(
-                    f"SELECT id, status FROM {self.table} WHERE id = %(root)s{self.for_share()}",
-                    {"root": root},
-                )
+                cursor.execute(f"SELECT id FROM {self.table} WHERE id = %(root)s", {"root": root})
                 row = cursor.fetchone()
-        return None if row is None else (row[0], str(row[1]))
+        return None if row is None else int(row[0])
 
     def has_next_step(self, root: int, job_id: int) -> bool:
         """Whether chain ``root`` has a step after the job ``job_id``."""
@@ -588,6 +590,23 @@ class QueueOps:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {**params, "yes": True, "no": False})
             return [(row[0], row[1], bool(row[2])) for row in cursor.fetchall()]
+
+    def delete_jobs(self, job_ids: Sequence[int]) -> list[tuple[int, str, int | None]]:
+        """Delete the jobs ``job_ids`` that are not running, in one conditional statement
+        per chunk (a job claimed meanwhile no longer matches). Returns (id, status,
+        chain_id) of each job deleted."""
+        ids = sorted(set(job_ids))
+        deleted: list[tuple[int, str, int | None]] = []
+        for start in range(0, len(ids), IN_CHUNK):
+            in_sql, params = self.in_list_sql("id", ids[start : start + IN_CHUNK], "ids")
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"DELETE FROM {self.table} WHERE {in_sql} AND status <> 'processing' "
+                    f"RETURNING id, status, chain_id",
+                    params,
+                )
+                deleted.extend((row[0], str(row[1]), row[2]) for row in cursor.fetchall())
+        return deleted
 
     def start_chain(self, job_id: int) -> None:
         """Make the job ``job_id`` the first step of a chain (as it continues)."""

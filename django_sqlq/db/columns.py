@@ -78,6 +78,7 @@ JOB_COLUMNS: Final[dict[str, New | str | None]] = {
     "blockers_left": None,
     "depends_on": None,
     "dependency_policy": None,
+    "waited_on": New.FIELD,
 }
 
 #: The columns an INSERT writes, in order.

@@ -153,9 +153,6 @@ class PostgreSQLOps(QueueOps):
     def skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED"
 
-    def for_share(self) -> str:
-        return " FOR SHARE"
-
     def in_list_sql(
         self, column: str, values: Sequence[Any], name: str
     ) -> tuple[str, dict[str, Any]]:

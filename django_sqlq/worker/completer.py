@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from django.db import DatabaseError
 
 from django_sqlq import lifecycle, registry, workflows
-from django_sqlq.db.base import ClaimedJob
+from django_sqlq.db.base import ClaimedJob, Finished
 from django_sqlq.exceptions import JobInterruptedError
 from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
@@ -185,20 +185,42 @@ class Completer:
             )
 
     def _complete(self, batch: list[Done]) -> dict[int, str]:
-        """Write the batch's completions, their chains' next steps and the release of the
-        jobs that waited for them, in one transaction (django_sqlq.workflows)."""
-        return with_retry(
-            self.worker,
-            "complete",
-            lambda: (
-                workflows.complete(
+        """Write the batch's completions. The jobs nothing waits for and that do not
+        continue a chain (nearly all): one statement. The others (and any the first
+        statement left out: lost, or waited for since they were claimed): their
+        completions, their chains' next steps and the release of the jobs that waited for
+        them, in one transaction (django_sqlq.workflows.complete)."""
+        plain = [item for item in batch if item.then is None]
+        written: dict[int, str] = {}
+        if plain:
+            written = with_retry(
+                self.worker,
+                "complete",
+                lambda: lifecycle.complete_statuses(
                     self.database,
-                    [(item.job, item.result, item.then) for item in batch],
+                    [Finished(item.job.id, item.job.attempts, item.result) for item in plain],
                     worker_id=self.worker_id,
                     now=self.worker.now(),
-                ).statuses
-            ),
-        )
+                    unwaited=True,
+                ),
+            )
+        rest = [item for item in batch if item.job.id not in written]
+        if rest:
+            written.update(
+                with_retry(
+                    self.worker,
+                    "complete",
+                    lambda: (
+                        workflows.complete(
+                            self.database,
+                            [(item.job, item.result, item.then) for item in rest],
+                            worker_id=self.worker_id,
+                            now=self.worker.now(),
+                        ).statuses
+                    ),
+                )
+            )
+        return written
 
     def record_failure(
         self,
