@@ -645,7 +645,7 @@ async def abulk_enqueue(
 class CancelResult(enum.StrEnum):
     """What :func:`cancel` did. A ``str``: ``result == "requested"`` works too."""
 
-    #: The job was scheduled or pending: it is ``cancelled`` now and will not run.
+    #: The job was blocked, scheduled or pending: it is ``cancelled`` now and will not run.
     CANCELLED = "cancelled"
     #: The job is running: its worker is asked to stop it. Within about a second the worker
     #: sets the handler's ``cancel_requested`` flag (and cancels an async handler's task);

@@ -54,6 +54,13 @@ class UniqueKeyHeldError(InvalidJobError):
         self.holder = holder
 
 
+class DependencyFailed(SQLQError):
+    """Why a blocked job was failed (or cancelled) without running: a job or chain it waited
+    for (``enqueue(..., depends_on=...)``) failed for good or was cancelled, and its
+    ``on_dependency_failure`` policy is ``"fail"`` (or ``"cancel"``). Never raised: its name
+    starts the job's ``last_error``, as a raised exception's would."""
+
+
 class JobCancelled(SQLQError):
     """Raised by ``JobContext.check_cancelled()`` in a handler whose job was cancelled while it
     ran (``django_sqlq.cancel()`` or the admin's Cancel). Let it propagate: the worker

@@ -56,8 +56,8 @@ TEST_WORKER_ID = "django_sqlq.testing"
 
 # The statuses of a job that waits to run ("enqueued"), and of one a worker may claim once
 # its time has come. One place to change when statuses are added (a status for jobs whose
-# time has not come belongs in both).
-ENQUEUED_STATUSES: tuple[str, ...] = (JobStatus.PENDING, JobStatus.SCHEDULED)
+# time has not come belongs in both; one for jobs that wait for others, only in the first).
+ENQUEUED_STATUSES: tuple[str, ...] = (JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.SCHEDULED)
 RUNNABLE_STATUSES: tuple[str, ...] = (JobStatus.PENDING, JobStatus.SCHEDULED)
 
 if TYPE_CHECKING:

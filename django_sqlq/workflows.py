@@ -135,7 +135,8 @@ def attach(alias: str, job: Job, dependencies: Dependencies) -> None:
     fails or cancels it now). Raises InvalidJobError for a job or chain that does not
     exist; the caller's transaction (or savepoint) then writes nothing."""
     ops = ops_for(alias)
-    targets = dependencies.targets
+    targets = _chains_by_first_job(alias, dependencies.targets)
+    dependencies = Dependencies(targets, dependencies.policy)
     rows = ops.mark_waited([t.id for t in targets if not t.chain])
     waiting: list[tuple[int, bool]] = []
     broken: list[str] = []
@@ -170,6 +171,25 @@ def attach(alias: str, job: Job, dependencies: Dependencies) -> None:
             job.blockers_left = len(waiting)
     job.depends_on = dependencies.as_json()
     job.dependency_policy = policy
+
+
+def _chains_by_first_job(alias: str, targets: list[Blocker]) -> list[Blocker]:
+    """``targets`` with each chain named by its first job: ``Chain(id)`` of a later step
+    (or a later step in a group) is the chain that step belongs to."""
+    named = [t.id for t in targets if t.chain]
+    if not named:
+        return targets
+    first = dict(
+        Job.objects.using(alias)
+        .filter(pk__in=named, chain_id__isnull=False)
+        .values_list("pk", "chain_id")
+    )
+    if not first:
+        return targets
+    found: dict[Blocker, None] = {}
+    for target in targets:
+        found[Blocker(first.get(target.id, target.id), True) if target.chain else target] = None
+    return list(found)
 
 
 def _chain_state(alias: str, root: int) -> str:

@@ -275,3 +275,18 @@ def test_the_plain_completion_leaves_out_a_job_waited_for():
     assert outcome.statuses == {job.pk: JobStatus.COMPLETED}
     assert outcome.released == [waiter.pk]
     assert status(waiter) == JobStatus.PENDING
+
+
+def test_a_chain_named_by_a_later_step_is_that_steps_chain(tmp_path):
+    path = tmp_path / "runs"
+    first = enqueue("wf.step", {"path": str(path), "n": 0, "of": 3})
+    run_jobs(max_jobs=1)  # step 0 ran and wrote step 1
+    second = Job.objects.get(chain_id=first.pk, chain_index=1)
+    by_step = enqueue("wf.record", rec(path, "w1"), depends_on=[Chain(second.pk)])
+    in_group = enqueue("wf.record", rec(path, "w2"), depends_on=[[second]])
+    assert by_step.depends_on == [{"chain": first.pk}]
+    assert in_group.depends_on == [{"chain": first.pk}]
+    run_burst()
+    assert status(by_step) == JobStatus.COMPLETED
+    assert status(in_group) == JobStatus.COMPLETED
+    assert ran(path)[:3] == ["0", "1", "2"]
