@@ -1,6 +1,13 @@
 from django.contrib import admin
 
-from shop.models import Order
+from shop.models import Order, PackedItem
+
+
+class PackedItemInline(admin.TabularInline):
+    model = PackedItem
+    extra = 0
+    readonly_fields = ["unit", "packed_at"]
+    can_delete = False
 
 
 @admin.register(Order)
@@ -12,7 +19,20 @@ class OrderAdmin(admin.ModelAdmin):
         "quantity",
         "created_at",
         "confirmation_sent_at",
+        "paid_at",
+        "shipped_at",
+        "receipt_sent_at",
     ]
-    list_filter = [("confirmation_sent_at", admin.EmptyFieldListFilter)]
+    list_filter = [
+        ("confirmation_sent_at", admin.EmptyFieldListFilter),
+        ("receipt_sent_at", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["customer_email", "item"]
-    readonly_fields = ["created_at", "confirmation_sent_at"]
+    readonly_fields = [
+        "created_at",
+        "confirmation_sent_at",
+        "paid_at",
+        "shipped_at",
+        "receipt_sent_at",
+    ]
+    inlines = [PackedItemInline]

@@ -7,7 +7,8 @@ from typing import Any
 from django.utils import timezone
 
 from django_sqlq import handler
-from shop.models import Order
+from django_sqlq.registry import JobContext
+from shop.models import Order, PackedItem
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ def send_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
 
 @handler("shop.mark_order_paid", atomic=True)
 def mark_order_paid(payload: dict[str, Any]) -> dict[str, Any]:
-    """Record the order's payment (a payment provider's webhook would enqueue this job).
+    """Record the order's payment (a payment provider's webhook would enqueue this job; the
+    shop's own orders are charged by shop.charge_order, which is atomic in the same way).
 
     ``atomic=True``: the worker runs this handler inside a transaction on the queue's
     database, and writes the job's completion in that same transaction. ``paid_at`` and the
@@ -49,6 +51,74 @@ def mark_order_paid(payload: dict[str, Any]) -> dict[str, Any]:
         order.save(update_fields=["paid_at"])
         logger.info("Order #%s paid", order.pk)
     return {"order_id": order.pk, "paid_at": order.paid_at.isoformat()}
+
+
+# -- An order's fulfilment (shop/orders.py starts it): one shop.pack_item job per unit, run in
+# parallel; once all of them have completed, the chain shop.charge_order -> shop.ship_order ->
+# shop.email_receipt, one step after the other. Each step is idempotent (delivery is at least
+# once) and continues the chain even when it finds its work done: a step whose completion
+# was lost runs again, and its next step is written with this completion, never twice.
+
+
+@handler("shop.pack_item")
+def pack_item(payload: dict[str, Any]) -> dict[str, Any]:
+    """Pack one unit of an order (a warehouse picker's job). Idempotent: a unit already
+    packed is not packed again."""
+    item, created = PackedItem.objects.get_or_create(
+        order_id=payload["order_id"], unit=payload["unit"]
+    )
+    if created:
+        logger.info("Order #%s: packed unit %s", item.order_id, item.unit)
+    return {"order_id": item.order_id, "unit": item.unit}
+
+
+@handler("shop.charge_order", atomic=True, takes_context=True)
+def charge_order(payload: dict[str, Any], context: JobContext) -> dict[str, Any]:
+    """Charge the order, then continue its chain with shop.ship_order.
+
+    Enqueued by ``packing.then("shop.charge_order", ...)``: it is ``blocked`` until every
+    shop.pack_item job of the order has completed. ``atomic=True``: ``paid_at``, this job's
+    completion and the chain's next step (``context.continue_with()``) commit together, or
+    none of them does.
+    """
+    order = Order.objects.select_for_update().get(pk=payload["order_id"])
+    if order.paid_at is None:
+        # A real shop would capture the payment here, with the job's id as the provider's
+        # idempotency key (context.job_id).
+        order.paid_at = timezone.now()
+        order.save(update_fields=["paid_at"])
+        logger.info("Order #%s charged", order.pk)
+    context.continue_with("shop.ship_order", {"order_id": order.pk})
+    return {
+        "order_id": order.pk,
+        "paid_at": order.paid_at.isoformat(),
+        "units_packed": order.packed_items.count(),
+    }
+
+
+@handler("shop.ship_order", takes_context=True)
+def ship_order(payload: dict[str, Any], context: JobContext) -> dict[str, Any]:
+    """Hand the order to the carrier (the chain's second step), then continue with
+    shop.email_receipt."""
+    order = Order.objects.get(pk=payload["order_id"])
+    if order.shipped_at is None:
+        order.shipped_at = timezone.now()
+        order.save(update_fields=["shipped_at"])
+        logger.info("Order #%s shipped", order.pk)
+    context.continue_with("shop.email_receipt", {"order_id": order.pk})
+    return {"order_id": order.pk, "shipped_at": order.shipped_at.isoformat()}
+
+
+@handler("shop.email_receipt")
+def email_receipt(payload: dict[str, Any]) -> dict[str, Any]:
+    """Email the receipt (the chain's last step: it does not continue)."""
+    order = Order.objects.get(pk=payload["order_id"])
+    if order.receipt_sent_at is None:
+        # A real shop would call django.core.mail.send_mail(...) here.
+        order.receipt_sent_at = timezone.now()
+        order.save(update_fields=["receipt_sent_at"])
+        logger.info("Sent the receipt of order #%s to %s", order.pk, order.customer_email)
+    return {"order_id": order.pk, "sent_to": order.customer_email}
 
 
 @handler("shop.resend_order_confirmation")

@@ -5,13 +5,16 @@ django_sqlq.testing, in plain TestCases (no worker process, no real commits).
 """
 
 from io import StringIO
+from unittest import mock
 
 from django.core.management import call_command
 from django.test import TestCase
 
-from django_sqlq import enqueue
-from django_sqlq.testing import assert_enqueued, inline, refute_enqueued, run_jobs
-from shop.models import Order
+from django_sqlq import Chain, enqueue
+from django_sqlq.models import Job
+from django_sqlq.testing import assert_enqueued, inline, refute_enqueued, run_job, run_jobs
+from shop.models import Order, PackedItem
+from shop.orders import place_order
 
 ORDER = {"customer_email": "ada@example.com", "item": "Teapot", "quantity": 2}
 
@@ -32,10 +35,13 @@ class OrderFormTests(TestCase):
     def test_the_worker_sends_the_confirmation(self):
         self.client.post("/", ORDER)
         outcome = run_jobs()
-        self.assertEqual((outcome.completed, outcome.failed), (1, 0))
+        # The confirmation, two units packed, then charge -> ship -> receipt.
+        self.assertEqual((outcome.completed, outcome.failed), (6, 0))
         order = Order.objects.get()
         self.assertIsNotNone(order.confirmation_sent_at)
+        self.assertIsNotNone(order.receipt_sent_at)
         refute_enqueued()
+        self.assertFalse(Job.objects.blocked().exists())
 
     def test_a_confirmation_is_sent_once_even_if_the_job_runs_twice(self):
         self.client.post("/", ORDER)
@@ -65,6 +71,82 @@ class PaymentTests(TestCase):
         self.assertEqual(Order.objects.get().paid_at, paid_at)
 
 
+class FulfilmentTests(TestCase):
+    """An order's jobs: one shop.pack_item per unit (a group), then, once all of them have
+    completed, the chain shop.charge_order -> shop.ship_order -> shop.email_receipt."""
+
+    def place(self, quantity: int = 3) -> Order:
+        return place_order(**{**ORDER, "quantity": quantity})
+
+    def charge_job(self, order: Order) -> Job:
+        return Job.objects.get(type="shop.charge_order", payload__order_id=order.pk)
+
+    def test_an_order_is_packed_then_charged_shipped_and_emailed(self):
+        order = self.place(quantity=3)
+        assert_enqueued("shop.pack_item", payload={"order_id": order.pk}, count=3)
+        self.assertEqual(self.charge_job(order).status, "blocked")
+
+        outcome = run_jobs()
+        self.assertEqual((outcome.completed, outcome.failed), (1 + 3 + 3, 0))
+        order.refresh_from_db()
+        self.assertEqual(sorted(order.packed_items.values_list("unit", flat=True)), [1, 2, 3])
+        self.assertLessEqual(order.paid_at, order.shipped_at)
+        self.assertLessEqual(order.shipped_at, order.receipt_sent_at)
+        # The charge ran after every unit was packed.
+        charge = self.charge_job(order)
+        self.assertEqual(charge.result["units_packed"], 3)
+        # Its chain: three steps, in order, each completed once.
+        steps = list(Chain(charge.pk).jobs())
+        self.assertEqual(
+            [(s.chain_index, s.type, s.status) for s in steps],
+            [
+                (0, "shop.charge_order", "completed"),
+                (1, "shop.ship_order", "completed"),
+                (2, "shop.email_receipt", "completed"),
+            ],
+        )
+        self.assertEqual(Job.objects.filter(type="shop.ship_order").count(), 1)
+        refute_enqueued()
+
+    def test_the_charge_waits_for_the_last_unit(self):
+        order = self.place(quantity=3)
+        packs = list(Job.objects.filter(type="shop.pack_item").order_by("id"))
+        run_job(packs[0])
+        run_job(packs[2])
+        self.assertEqual(self.charge_job(order).status, "blocked")
+        self.assertEqual(run_job(self.charge_job(order)), None)  # never claimed while blocked
+        run_job(packs[1])
+        self.assertEqual(self.charge_job(order).status, "pending")
+        assert_enqueued("shop.charge_order", payload={"order_id": order.pk}, count=1)
+
+    def test_a_unit_that_cannot_be_packed_fails_the_charge(self):
+        order = self.place(quantity=2)
+        with mock.patch.object(
+            PackedItem.objects, "get_or_create", side_effect=RuntimeError("out of boxes")
+        ):
+            outcome = run_jobs(with_scheduled=True)  # every attempt, retries included
+        self.assertEqual(outcome.failed, 2)
+        charge = self.charge_job(order)
+        self.assertEqual(charge.status, "failed")
+        self.assertIn("DependencyFailed", charge.last_error)
+        order.refresh_from_db()
+        self.assertIsNone(order.paid_at)
+        self.assertFalse(Job.objects.filter(type="shop.ship_order").exists())
+
+    def test_a_step_that_runs_again_changes_nothing_and_continues_once(self):
+        order = self.place(quantity=1)
+        run_jobs()
+        shipped_at = Order.objects.get().shipped_at
+        # Delivery is at least once: the step runs again (here, enqueued by hand).
+        again = enqueue("shop.ship_order", {"order_id": order.pk})
+        run_jobs()
+        self.assertEqual(Order.objects.get().shipped_at, shipped_at)
+        # It still continues its own chain (a step whose completion was lost must).
+        self.assertEqual(
+            [s.type for s in Chain(again.pk).jobs()], ["shop.ship_order", "shop.email_receipt"]
+        )
+
+
 class ResendTests(TestCase):
     def test_a_double_submitted_resend_queues_one_job(self):
         order = Order.objects.create(**ORDER)
@@ -82,10 +164,13 @@ class ResendTests(TestCase):
 
 @inline()
 class InlineModeTests(TestCase):
-    def test_sample_orders_are_confirmed_at_once(self):
+    def test_sample_orders_are_confirmed_and_fulfilled_at_once(self):
         call_command("shop_sample_orders", 3, stdout=StringIO())
         self.assertEqual(Order.objects.filter(confirmation_sent_at__isnull=False).count(), 3)
         self.assertEqual(Order.objects.filter(paid_at__isnull=False).count(), 3)
+        self.assertEqual(Order.objects.filter(receipt_sent_at__isnull=False).count(), 3)
+        units = sum(Order.objects.values_list("quantity", flat=True))
+        self.assertEqual(PackedItem.objects.count(), units)
 
 
 class LongJobTests(TestCase):

@@ -1,5 +1,5 @@
 from django.contrib import messages
-from django.db import transaction
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -7,27 +7,25 @@ from django.views.decorators.http import require_POST
 from django_sqlq import enqueue
 from shop.forms import OrderForm
 from shop.models import Order
+from shop.orders import place_order
 
 
 def order_form(request: HttpRequest) -> HttpResponse:
-    """Place an order; its confirmation is sent in the background by the worker."""
+    """Place an order; the worker confirms, packs, charges and ships it in the background."""
     if request.method == "POST":
         form = OrderForm(request.POST)
         if form.is_valid():
-            # The order and its job are written in one transaction: if anything fails before
-            # the commit neither exists, so the worker never sees a job for a missing order.
-            with transaction.atomic():
-                order = Order.objects.create(**form.cleaned_data)
-                enqueue("shop.send_order_confirmation", {"order_id": order.pk})
+            # The order and its jobs are written in one transaction (see shop/orders.py).
+            order = place_order(**form.cleaned_data)
             messages.success(
                 request,
-                f"Order #{order.pk} placed. Its confirmation job is queued; "
-                "reload to see the worker mark it sent.",
+                f"Order #{order.pk} placed. Its confirmation, packing, charge, shipping and "
+                "receipt jobs are queued; reload to see the worker go through them.",
             )
             return redirect("order_form")
     else:
         form = OrderForm()
-    recent_orders = Order.objects.all()[:10]
+    recent_orders = Order.objects.annotate(units_packed=Count("packed_items"))[:10]
     return render(request, "shop/order_form.html", {"form": form, "recent_orders": recent_orders})
 
 
