@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 from django.conf import settings
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone as dj_timezone
 
 from django_sqlq import validation
@@ -412,22 +412,9 @@ def _claim_tick(schedule: Schedule, stored: datetime, *, database: str) -> int |
     PostgreSQL logs no unique-violation ERROR for it (one per losing worker and tick). On
     PostgreSQL it waits for a transaction that inserted the same tick and has not committed
     yet. The row's id, or None when the tick was taken."""
-    from django_sqlq.models import ScheduleTick
+    from django_sqlq.db import ops_for
 
-    connection = connections[database]
-    table = connection.ops.quote_name(ScheduleTick._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (name, tick_at, spec) VALUES (%s, %s, %s) "  # noqa: S608
-            f"ON CONFLICT (name, tick_at) DO NOTHING RETURNING id",
-            [
-                schedule.name,
-                connection.ops.adapt_datetimefield_value(stored),
-                schedule.spec,
-            ],
-        )
-        row = cursor.fetchone()
-    return None if row is None else int(row[0])
+    return ops_for(database).insert_tick(schedule.name, stored, schedule.spec)
 
 
 def trim(name: str, *, database: str) -> int:

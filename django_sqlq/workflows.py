@@ -179,11 +179,13 @@ def _chains_by_first_job(alias: str, targets: list[Blocker]) -> list[Blocker]:
     named = [t.id for t in targets if t.chain]
     if not named:
         return targets
-    first = dict(
-        Job.objects.using(alias)
+    first: dict[int, int] = {
+        pk: chain
+        for pk, chain in Job.objects.using(alias)
         .filter(pk__in=named, chain_id__isnull=False)
         .values_list("pk", "chain_id")
-    )
+        if chain is not None
+    }
     if not first:
         return targets
     found: dict[Blocker, None] = {}

@@ -752,6 +752,28 @@ class QueueOps:
             self._insert_unique_cache[key] = sql
         return sql
 
+    tick_table = "sqlq_schedule_tick"
+
+    def insert_tick(self, name: str, tick_at: datetime, spec: str) -> int | None:
+        """Insert a recurring job's tick row unless it exists (``INSERT ... ON CONFLICT DO
+        NOTHING`` on its (name, tick_at) constraint: a worker that loses the race writes
+        nothing, and PostgreSQL logs no unique-violation ERROR for it). On PostgreSQL it
+        waits for a transaction that inserted the same tick and has not committed yet.
+        Returns the row's id, or None when the tick was taken (django_sqlq.schedules)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {self.tick_table} (name, tick_at, spec) "
+                f"VALUES (%(name)s, %(tick_at)s, %(spec)s) "
+                f"ON CONFLICT (name, tick_at) DO NOTHING RETURNING id",
+                {
+                    "name": name,
+                    "tick_at": self.connection.ops.adapt_datetimefield_value(tick_at),
+                    "spec": spec,
+                },
+            )
+            row = cursor.fetchone()
+        return None if row is None else int(row[0])
+
     def holder_sql(self, key: str) -> tuple[str, dict[str, Any]]:
         """A SELECT of every column of the job that holds ``key`` (for ``Job.objects.raw``):
         the live one, else the newest; and its parameters. One probe of the key's index."""
