@@ -7,7 +7,8 @@ of millions of finished rows:
 - per-queue counts read only the scheduled, pending, processing and failed rows, one query per
   status, each served by that status's partial index (``sqlq_job_scheduled_idx``,
   ``sqlq_job_claim_idx``, ``sqlq_job_lease_idx``, ``sqlq_job_failed_idx``); completed rows are
-  never counted;
+  never counted; blocked jobs are found from the blockers' table (``sqlq_job_blocker``: a row
+  there per thing a blocked job still waits for), then by primary key;
 - throughput reads the rows that finished in the last day (``completed_at``);
 - choices for the admin's filters read a fixed number of the newest rows (the primary key);
 - retention reads the settings and one row of the maintenance table (the last prune).
@@ -32,7 +33,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_sqlq.db import stats
-from django_sqlq.models import Job, JobStatus, Maintenance, WorkerProcess
+from django_sqlq.models import Job, JobBlocker, JobStatus, Maintenance, WorkerProcess
 
 # A worker that has not reported for this long is shown as not responding. Workers report
 # at least every 10 seconds (a third of the lease, at most 10 s), so this is 3 missed beats.
@@ -70,6 +71,7 @@ class QueueRow:
     scheduled: int = 0
     processing: int = 0
     failed: int = 0
+    blocked: int = 0  # waiting for other jobs (depends_on)
     oldest_runnable_at: datetime | None = None
     workers: int = 0
     configured: bool = True
@@ -158,6 +160,7 @@ class Snapshot:
             scheduled=sum(q.scheduled for q in self.queues),
             processing=sum(q.processing for q in self.queues),
             failed=sum(q.failed for q in self.queues),
+            blocked=sum(q.blocked for q in self.queues),
             oldest_runnable_at=min(
                 (q.oldest_runnable_at for q in self.queues if q.oldest_runnable_at),
                 default=None,
@@ -214,8 +217,9 @@ def queue_rows(
     configured: Sequence[str] = (),
     workers: Sequence[WorkerRow] = (),
 ) -> list[QueueRow]:
-    """Pending (runnable now / scheduled later), processing and failed jobs per queue, and
-    the oldest runnable job's scheduled time. Configured queues are listed even when empty."""
+    """Pending (runnable now / scheduled later), processing, failed and blocked jobs per
+    queue, and the oldest runnable job's scheduled time. Configured queues are listed even
+    when empty."""
     jobs = Job.objects.using(alias)
     found: dict[str, dict[str, Any]] = defaultdict(dict)
     # One query per status, each served by that status's partial index (a single query
@@ -243,6 +247,16 @@ def queue_rows(
             jobs.filter(status=status).values_list("queue").annotate(n=Count("pk")).order_by()
         ):
             found[queue][str(status)] = n
+    # No index holds the blocked rows; the blockers' table names them (a blocked job has a
+    # row there until it is released), and the primary key finds each.
+    waiting_rows = JobBlocker.objects.using(alias).values("job_id")
+    for queue, n in (
+        jobs.filter(status=JobStatus.BLOCKED, pk__in=waiting_rows)
+        .values_list("queue")
+        .annotate(n=Count("pk"))
+        .order_by()
+    ):
+        found[queue][str(JobStatus.BLOCKED)] = n
     live = [w for w in workers if w.alive]
     names = list(configured) + sorted(set(found) - set(configured))
     from django_sqlq.conf import get_settings
@@ -258,6 +272,7 @@ def queue_rows(
                 scheduled=counts.get("scheduled", 0),
                 processing=counts.get(JobStatus.PROCESSING, 0),
                 failed=counts.get(JobStatus.FAILED, 0),
+                blocked=counts.get(JobStatus.BLOCKED, 0),
                 oldest_runnable_at=counts.get("oldest"),
                 workers=sum(1 for w in live if w.serves(name)),
                 configured=name in configured,

@@ -2,11 +2,12 @@
 ``sqlq/metrics`` (URL name ``django_sqlq:metrics``). Opt-in: nothing is served until a
 project includes the URLs. Built on ``prometheus-client`` (the ``prometheus`` extra) with
 one custom collector that reads the database at each scrape, in a fixed number of queries
-(eight) however large the jobs table is:
+(nine) however large the jobs table is:
 
-- ``sqlq_jobs{queue,status}``: scheduled, pending (runnable now), processing and failed
-  jobs: the dashboard's counts, each read from its status's partial index, never the
-  completed rows (:func:`django_sqlq.dashboard.queue_rows`);
+- ``sqlq_jobs{queue,status}``: blocked, scheduled, pending (runnable now), processing and
+  failed jobs: the dashboard's counts, each read from its status's partial index (blocked
+  jobs through the blockers' table), never the completed rows
+  (:func:`django_sqlq.dashboard.queue_rows`);
 - ``sqlq_queue_oldest_runnable_age_seconds{queue}``, ``sqlq_queue_workers{queue}``,
   ``sqlq_workers``: the oldest runnable job's wait, and the live workers (those that
   reported in the last 30 s);
@@ -62,8 +63,8 @@ else:
 #: worker's last counts stay visible for a few scrapes, then its series ends).
 STATS_WINDOW = timedelta(minutes=15)
 #: Job statuses exported by ``sqlq_jobs``: "pending" are the runnable jobs, "scheduled"
-#: those whose time has not come.
-STATUSES = ("scheduled", "pending", "processing", "failed")
+#: those whose time has not come, "blocked" those that wait for other jobs.
+STATUSES = ("blocked", "scheduled", "pending", "processing", "failed")
 
 
 class QueueCollector(Collector):  # type: ignore[misc]
@@ -122,6 +123,7 @@ def _queue_metrics(queues: list[dashboard.QueueRow]) -> Iterator[Any]:
             "pending": queue.runnable,
             "processing": queue.processing,
             "failed": queue.failed,
+            "blocked": queue.blocked,
         }
         for status in STATUSES:
             counts.add_metric([queue.name, status], by_status[status])

@@ -86,8 +86,8 @@ def test_cancel_reports_changed_skipped_by_status_and_missing_jobs() -> None:
     assert report.not_applicable == {"completed": 1, "failed": 1}
     assert Job.objects.get(pk=pending.pk).status == JobStatus.CANCELLED
     assert report.message() == (
-        "Cancelled 1 job. Skipped 2 jobs (1 completed, 1 failed): only scheduled, pending or "
-        "running jobs can be cancelled. Skipped 2 jobs that no longer exist."
+        "Cancelled 1 job. Skipped 2 jobs (1 completed, 1 failed): only blocked, scheduled, "
+        "pending or running jobs can be cancelled. Skipped 2 jobs that no longer exist."
     )
     assert report.level == messages.WARNING
 

@@ -78,6 +78,9 @@ def test_the_metrics_parse_and_match_the_table():
     assert len(claimed) == 1
     old = enqueue("tests.noop", {}, queue="reports")
     Job.objects.filter(pk=old.pk).update(scheduled_at=timezone.now() - timedelta(seconds=90))
+    later = enqueue("tests.noop", {}, queue="emails", delay=3600)
+    enqueue("tests.noop", {}, queue="emails", depends_on=[later])
+    enqueue("tests.noop", {}, queue="emails", depends_on=[later, old])
 
     response = scrape(Client(), Authorization=f"Bearer {TOKEN}")
     assert response.status_code == 200
@@ -92,11 +95,13 @@ def test_the_metrics_parse_and_match_the_table():
             "scheduled": jobs.scheduled(now).count(),
             "processing": jobs.processing().count(),
             "failed": jobs.failed().count(),
+            "blocked": jobs.blocked().count(),
         }
         got = {s: value(found, "sqlq_jobs", queue=queue, status=s) for s in expected}
         assert got == expected, queue
     assert value(found, "sqlq_jobs", queue="reports", status="processing") == 1
     assert value(found, "sqlq_jobs", queue="default", status="failed") == 2
+    assert value(found, "sqlq_jobs", queue="emails", status="blocked") == 2
     assert 90 <= value(found, "sqlq_queue_oldest_runnable_age_seconds", queue="reports") < 300
     assert value(found, "sqlq_queue_oldest_runnable_age_seconds", queue="default") == 0
     assert value(found, "sqlq_jobs_enqueued_total") == Job.objects.order_by("-id")[0].pk
@@ -197,10 +202,10 @@ def test_a_scrape_costs_the_same_queries_on_a_deep_table():
     Job.objects.bulk_create(jobs)
     Job.objects.filter(pk__in=[j.pk for j in jobs[::3]]).update(status=JobStatus.COMPLETED)
     Job.objects.filter(pk__in=[j.pk for j in jobs[1::7]]).update(status=JobStatus.FAILED)
-    # Seven, and one more (the running jobs of the workers) while a worker is registered.
-    assert queries() == shallow == 7
+    # Eight, and one more (the running jobs of the workers) while a worker is registered.
+    assert queries() == shallow == 8
     WorkerProcess.objects.register("live", queues=["*"], concurrency=1)
-    assert queries() == 8
+    assert queries() == 9
 
 
 @override_settings(SQLQ=SQLQ)

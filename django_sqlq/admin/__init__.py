@@ -5,6 +5,8 @@ Split as ``django.contrib.admin`` is; a module per part:
 - :mod:`~django_sqlq.admin.jobs`: the job lists (``JobAdmin``, ``AllJobsAdmin``,
   ``FailedJobAdmin``): columns, search, permissions, the action views, delete;
 - :mod:`~django_sqlq.admin.job_page`: one job's read-only page and its live box;
+- :mod:`~django_sqlq.admin.chains`: a chain's page (its steps, the jobs that wait for it) and
+  the job page's workflow section (its chain, what it depends on, what waits for it);
 - :mod:`~django_sqlq.admin.actions`: retry, cancel, run now and delete, each a ``JobAction``
   holding the :mod:`django_sqlq.lifecycle` function that does it, and the lists' bulk actions;
 - :mod:`~django_sqlq.admin.filters`: queue, type and "scheduled" filters;
@@ -42,6 +44,7 @@ from django_sqlq.admin.actions import (
     retry_jobs,
     run_jobs_now,
 )
+from django_sqlq.admin.chains import ChainViews
 from django_sqlq.admin.dashboard import QueueDashboardAdmin, QueueDashboardViews
 from django_sqlq.admin.display import ERROR_LINE_CHARS, admin_links, status_badge
 from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
@@ -63,6 +66,7 @@ __all__ = [
     "ActionReport",
     "AllJobsAdmin",
     "BoundedCountPaginator",
+    "ChainViews",
     "FailedJobAdmin",
     "JobAction",
     "JobAdmin",

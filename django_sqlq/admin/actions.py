@@ -86,7 +86,7 @@ CANCEL = JobAction(
     permission="cancel",
     label=_("Cancel"),
     done=("Cancelled %(n)d job.", "Cancelled %(n)d jobs."),
-    rule=_("only scheduled, pending or running jobs can be cancelled"),
+    rule=_("only blocked, scheduled, pending or running jobs can be cancelled"),
     statuses=lifecycle.CANCELLABLE,
     function=lifecycle.cancel_or_request,
     css="sqlq-cancel",
@@ -108,7 +108,7 @@ DELETE = JobAction(
     label=_("Delete"),
     done=("Deleted %(n)d job.", "Deleted %(n)d jobs."),
     rule=_("a running job cannot be deleted while its worker holds it"),
-    statuses=(*lifecycle.WAITING, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED),
+    statuses=(*lifecycle.NOT_STARTED, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED),
     function=lifecycle.delete,
 )
 PAGE_ACTIONS = (RETRY, CANCEL, RUN_NOW)

@@ -1,7 +1,7 @@
 """One job's page: read-only, every field of the job (payload, result, the error of every
-attempt, the worker that holds it), with a live box at the top (status, attempts, what the
-job waits for, and the buttons of the actions that apply) that refreshes itself while the
-job is not finished."""
+attempt, the worker that holds it, its chain and what it depends on, the jobs that wait for
+it), with a live box at the top (status, attempts, what the job waits for, and the buttons
+of the actions that apply) that refreshes itself while the job is not finished."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
@@ -20,6 +21,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, tracing
+from django_sqlq.admin import chains
 from django_sqlq.admin.actions import PAGE_ACTIONS
 from django_sqlq.admin.display import (
     admin_links,
@@ -53,6 +55,8 @@ class JobPageAdmin(JobModelAdmin):
         "scheduled_at", "created_at", "updated_at", "started_at", "completed_at",
         "failed_at_display", "cancelled_at_display",
         "worker_display", "locked_at", "lease_expires_at",
+        "chain_display", "depends_on_display", "blockers_left", "dependency_policy",
+        "waiters_display",
     )  # fmt: skip
 
     # -- shown on the page and in the lists -----------------------------------------
@@ -91,11 +95,61 @@ class JobPageAdmin(JobModelAdmin):
             "scheduled_at", "created_at", "updated_at", "started_at", finished,
         )})  # fmt: skip
         worker = (_("Worker"), {"fields": ("worker_display", "locked_at", "lease_expires_at")})
+        workflow = self._workflow_fieldset(obj)
         if obj is not None and (obj.last_error or obj.errors):
             if obj.status == JobStatus.FAILED:
-                return [job, error, data, timing, worker]
-            return [job, data, error, timing, worker]
-        return [job, data, timing, worker]
+                return [job, error, *workflow, data, timing, worker]
+            return [job, *workflow, data, error, timing, worker]
+        return [job, *workflow, data, timing, worker]
+
+    # -- workflows: its chain, what it waits for, what waits for it ---------------------
+
+    def _waiters(self, obj: Job) -> tuple[list[chains.Waiter], bool]:
+        """The blocked jobs that wait for this job or its chain (read once per page)."""
+        cached: tuple[list[chains.Waiter], bool] | None = getattr(obj, "_sqlq_waiters", None)
+        if cached is None:
+            root = obj.chain_id if obj.chain_id is not None else obj.pk
+            condition = Q(blocker_id=obj.pk, chain=False) | Q(blocker_id=root, chain=True)
+            cached = chains.waiters(self.admin_site.name, condition)
+            obj._sqlq_waiters = cached  # type: ignore[attr-defined]
+        return cached
+
+    def _workflow_fieldset(self, obj: Job | None) -> list[tuple[Any, Any]]:
+        """The "Workflow" section, for a job in a chain, with dependencies or with waiters."""
+        if obj is None:
+            return []
+        fields: list[str] = []
+        if obj.chain_id is not None:
+            fields.append("chain_display")
+        if obj.depends_on:
+            fields.append("depends_on_display")
+            if obj.status == JobStatus.BLOCKED:
+                fields.append("blockers_left")
+            fields.append("dependency_policy")
+        if self._waiters(obj)[0]:
+            fields.append("waiters_display")
+        return [(_("Workflow"), {"fields": fields})] if fields else []
+
+    @admin.display(description=_("chain"))
+    def chain_display(self, obj: Job) -> SafeString:
+        if obj.chain_id is None:
+            return format_html('<span class="sqlq-quiet">{}</span>', gettext("none"))
+        label = gettext("chain #%(chain)s, step %(index)s") % {
+            "chain": obj.chain_id,
+            "index": obj.chain_index if obj.chain_index is not None else 0,
+        }
+        url = chains.chain_url(self.admin_site.name, obj.chain_id)
+        if url is None:
+            return format_html("{}", label)
+        return format_html('<a href="{}" id="sqlq-chain-link">{}</a>', url, label)
+
+    @admin.display(description=_("depends on"))
+    def depends_on_display(self, obj: Job) -> SafeString:
+        return chains.depends_on_html(self.admin_site.name, obj)
+
+    @admin.display(description=_("waiting for it"))
+    def waiters_display(self, obj: Job) -> SafeString:
+        return chains.waiters_list(*self._waiters(obj))
 
     @admin.display(description=_("progress"))
     def progress_page_display(self, obj: Job) -> SafeString:
@@ -226,6 +280,17 @@ class JobPageAdmin(JobModelAdmin):
                 "be deleted while it runs. If the worker dies, the job returns to the queue "
                 "when its lease ends."
             )
+        elif job.status == JobStatus.BLOCKED:
+            note = gettext(
+                "Blocked: waits for %(n)s of the jobs and chains it depends on (listed "
+                "below); it becomes pending when they have completed. If one fails or is "
+                "cancelled: %(policy)s."
+            ) % {
+                "n": job.blockers_left if job.blockers_left is not None else "?",
+                "policy": str(job.get_dependency_policy_display()).lower()
+                if job.dependency_policy
+                else "-",
+            }
         elif job.status in WAITING and job.scheduled_at > now:
             note = gettext("Waits until %(when)s (in %(wait)s).") % {
                 "when": local_datetime(job.scheduled_at),
@@ -250,6 +315,9 @@ class JobPageAdmin(JobModelAdmin):
             "sqlq_progress": progress_bar(job) if job.status == JobStatus.PROCESSING else "",
             "sqlq_started": local_datetime(job.started_at),
             "sqlq_completed": local_datetime(job.completed_at),
+            "sqlq_chain_url": chains.chain_url(self.admin_site.name, job.chain_id)
+            if job.chain_id is not None
+            else None,
             **self._links(),
         }
 

@@ -43,6 +43,7 @@ from django_sqlq.admin.actions import (
     retry_jobs,
     run_jobs_now,
 )
+from django_sqlq.admin.chains import ChainViews
 from django_sqlq.admin.dashboard import QueueDashboardViews
 from django_sqlq.admin.display import ERROR_LINE_CHARS, local_datetime, queue_alias
 from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
@@ -55,8 +56,9 @@ from django_sqlq.models import Job, JobStatus
 BIGINT_MAX = 2**63 - 1
 
 
-class JobAdmin(JobPageAdmin):
-    """What the all-jobs and the failed-jobs lists share: columns, job page, actions."""
+class JobAdmin(ChainViews, JobPageAdmin):
+    """What the all-jobs and the failed-jobs lists share: columns, job page, chain page,
+    actions."""
 
     list_display = (
         "id", "type", "queue", "status_display", "progress_display", "priority",
