@@ -6,9 +6,11 @@ the others are promises that held, kept as regression tests."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connections, transaction
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -29,6 +31,7 @@ from django_sqlq.models import Job, JobBlocker, JobStatus
 from django_sqlq.registry import JobContext
 from django_sqlq.testing import inline, run_job, run_jobs
 from tests.conftest import WorkerProcess, run_burst, wait_for
+from tests.settings import ENGINE
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
 
@@ -457,6 +460,19 @@ def test_an_atomic_chain_in_inline_mode_and_fan_in(tmp_path: Path) -> None:
     assert status(fan_in) == JobStatus.COMPLETED
 
 
+def test_inline_mode_applies_the_policy_of_a_dependency_that_failed(tmp_path: Path) -> None:
+    with inline():
+        dep = enqueue("wf.record", rec(tmp_path / "log", "dep", fail=True), max_attempts=1)
+        failing = enqueue("wf.record", rec(tmp_path / "log", "failing"), depends_on=[dep])
+        running = enqueue(
+            "wf.record", rec(tmp_path / "log", "running"), depends_on=[dep],
+            on_dependency_failure="run",
+        )  # fmt: skip
+    assert status(failing) == JobStatus.FAILED
+    assert status(running) == JobStatus.COMPLETED
+    assert ran(tmp_path / "log") == ["dep", "running"]
+
+
 def test_run_jobs_runs_chains_and_fan_ins_to_the_end(tmp_path: Path) -> None:
     group = bulk_enqueue("wf.step", [
         {"path": str(tmp_path / "a"), "n": 0, "of": 3},
@@ -582,21 +598,34 @@ def test_waiters_enqueued_while_their_dependencies_complete_are_all_released(
     wait_for(lambda: Job.objects.filter(status=JobStatus.PENDING).count() == 0, 60)
     wait_for(lambda: not Job.objects.exclude(status=JobStatus.COMPLETED).exists(), 60)
     assert JobBlocker.objects.count() == 0
+    assert "database error" not in worker.output()
 
 
+@pytest.mark.xfail(
+    ENGINE == "postgresql",
+    strict=True,
+    reason="PostgreSQL: cancel() of a blocked job racing the completion that resolves its "
+    "dependency deadlocks on sqlq_job_blocker: cancel() raises OperationalError('deadlock "
+    "detected') to the caller, or the worker's completion batch fails and is redone",
+)
 def test_cancelling_waiters_while_their_dependencies_complete(
     spawn_worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     worker = spawn_worker("--queue", "default", "--concurrency", "4")
     worker.wait_ready()
-    waiters = []
-    for i in range(100):
+    waiters, errors = [], []
+    for i in range(200):
         dep = enqueue("wf.record", rec(tmp_path / "deps", str(i)))
         waiter = enqueue("tests.noop", {}, depends_on=[dep])
-        django_sqlq.cancel(waiter)
+        try:
+            django_sqlq.cancel(waiter)
+        except Exception as exc:
+            errors.append(repr(exc))
         waiters.append(waiter)
-    wait_for(lambda: len(ran(tmp_path / "deps")) == 100, 60)
+    wait_for(lambda: len(ran(tmp_path / "deps")) == 200, 60)
     wait_for(lambda: not Job.objects.filter(status__in=["pending", "processing"]).exists(), 60)
+    assert errors == []
+    assert "deadlock" not in worker.output()
     statuses = {status(w) for w in waiters}
     assert statuses <= {JobStatus.CANCELLED, JobStatus.COMPLETED}
     assert JobBlocker.objects.count() == 0
@@ -651,3 +680,239 @@ def test_aenqueue_with_depends_on_blocks() -> None:
     assert status(waiter) == JobStatus.BLOCKED
     run_jobs()
     assert status(waiter) == JobStatus.COMPLETED
+
+
+# -- second round: retries, policies through chains, operators racing resolution ------------
+
+
+def test_a_waiter_retried_after_its_policy_failed_runs_once_when_its_other_dependency_ends(
+    tmp_path: Path,
+) -> None:
+    """[A fails, B pending]: the waiter fails; retried, it runs at once. B completing later
+    must not release it a second time."""
+    a = enqueue("wf.record", rec(tmp_path / "log", "a", fail=True), max_attempts=1)
+    b = enqueue("wf.record", rec(tmp_path / "log", "b"), delay=timedelta(hours=1))
+    waiter = enqueue("wf.record", rec(tmp_path / "log", "waiter"), depends_on=[a, b])
+    run_jobs()
+    assert status(waiter) == JobStatus.FAILED
+    admin_retry([waiter])
+    run_jobs()
+    assert ran(tmp_path / "log") == ["a", "waiter"]
+    run_job(b)
+    run_jobs()
+    assert ran(tmp_path / "log") == ["a", "waiter", "b"]
+    assert status(waiter) == JobStatus.COMPLETED
+    assert JobBlocker.objects.count() == 0
+
+
+def test_a_cancelled_blocked_job_retried_runs_once(tmp_path: Path) -> None:
+    dep = enqueue("wf.record", rec(tmp_path / "log", "dep"))
+    waiter = enqueue("wf.record", rec(tmp_path / "log", "waiter"), depends_on=[dep])
+    django_sqlq.cancel(waiter)
+    admin_retry([waiter])
+    run_jobs()
+    assert sorted(ran(tmp_path / "log")) == ["dep", "waiter"]
+    assert status(waiter) == JobStatus.COMPLETED
+    assert JobBlocker.objects.count() == 0
+
+
+def test_the_admin_cancel_action_cancels_a_blocked_job(admin_client: Any) -> None:
+    dep = enqueue("tests.noop", {})
+    waiter = enqueue("tests.noop", {}, depends_on=[dep])
+    data = {"action": "cancel_jobs", "_selected_action": [waiter.pk], "index": 0}
+    admin_client.post(reverse("admin:django_sqlq_job_changelist"), data, follow=True)
+    assert status(waiter) == JobStatus.CANCELLED
+    run_jobs()
+    assert status(waiter) == JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("fail", JobStatus.FAILED), ("cancel", JobStatus.CANCELLED), ("run", JobStatus.COMPLETED)],
+)
+def test_a_group_member_whose_chain_fails_midway(
+    tmp_path: Path, policy: str, expected: str
+) -> None:
+    ok = {"target": "wf.record", "next": rec(tmp_path / "log", "ok-next")}
+    bad = {"target": "wf.record", "next": rec(tmp_path / "log", "bad-next", fail=True)}
+    group = bulk_enqueue("advwf.continue_into", [ok, bad], max_attempts=1)
+    fan_in = group.then("wf.record", rec(tmp_path / "log", "fan-in"), on_dependency_failure=policy)
+    run_jobs()
+    assert status(fan_in) == expected
+    if policy == "fail":
+        # The dependency named is the failed member's chain (or its failed step).
+        failed_step = Chain(group[1].pk).jobs().get(chain_index=1)
+        error = Job.objects.get(pk=fan_in.pk).last_error or ""
+        assert str(group[1].pk) in error or str(failed_step.pk) in error
+
+
+def test_a_step_continued_into_the_future_keeps_the_chain_waiter_blocked(tmp_path: Path) -> None:
+    first = enqueue(
+        "advwf.continue_into",
+        {"target": "wf.record", "next": rec(tmp_path / "log", "later"), "delay_seconds": 3600},
+    )
+    waiter = enqueue("wf.record", rec(tmp_path / "log", "waiter"), depends_on=[first.chain])
+    run_jobs()
+    later = Chain(first.pk).jobs().get(chain_index=1)
+    assert later.status == JobStatus.SCHEDULED
+    assert status(waiter) == JobStatus.BLOCKED
+    run_job(later)
+    run_jobs()
+    assert ran(tmp_path / "log") == ["later", "waiter"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"priority": 10**9}, id="priority"),
+        pytest.param({"max_attempts": 0}, id="max_attempts"),
+        pytest.param({"timeout": -1}, id="timeout"),
+        pytest.param({"queue": ""}, id="empty-queue"),
+    ],
+)
+def test_continue_with_bad_options_fails_the_attempt(options: dict[str, Any]) -> None:
+    job = enqueue(
+        "advwf.continue_into", {"target": "tests.noop", "options": options}, max_attempts=1
+    )
+    run_burst(queues=["default"])
+    assert status(job) == JobStatus.FAILED
+    assert Job.objects.count() == 1
+
+
+def test_an_atomic_step_that_fails_after_continue_with_continues_once_on_retry(
+    tmp_path: Path,
+) -> None:
+    first = enqueue(
+        "advwf.atomic_continue",
+        {"path": str(tmp_path / "log"), "fail_attempts": 2},
+        max_attempts=3,
+    )
+    run_burst(queues=["default"])
+    assert status(first) == JobStatus.COMPLETED
+    assert ran(tmp_path / "log") == ["next"]
+    assert [j.chain_index for j in Chain(first.pk).jobs()] == [0, 1]
+
+
+def test_an_atomic_step_failing_for_good_writes_no_step_and_fails_its_chain_waiter(
+    tmp_path: Path,
+) -> None:
+    first = enqueue(
+        "advwf.atomic_continue",
+        {"path": str(tmp_path / "log"), "fail_attempts": 9},
+        max_attempts=2,
+    )
+    waiter = enqueue("tests.noop", {}, depends_on=[first.chain])
+    run_burst(queues=["default"])
+    assert status(first) == JobStatus.FAILED
+    assert Job.objects.count() == 2
+    assert status(waiter) == JobStatus.FAILED
+
+
+@pytest.mark.parametrize("policy", ["FAIL", "Run", "", "ignore"])
+def test_an_unknown_policy_is_refused_and_writes_nothing(policy: str) -> None:
+    dep = enqueue("tests.noop", {})
+    with pytest.raises(InvalidJobError):
+        enqueue("tests.noop", {}, depends_on=[dep], on_dependency_failure=policy)
+    assert Job.objects.count() == 1
+
+
+def test_the_run_policy_releases_and_the_cascade_stops_there(tmp_path: Path) -> None:
+    a = enqueue("wf.record", rec(tmp_path / "log", "a", fail=True), max_attempts=1)
+    b = enqueue(
+        "wf.record", rec(tmp_path / "log", "b"), depends_on=[a], on_dependency_failure="run"
+    )
+    c = enqueue("wf.record", rec(tmp_path / "log", "c"), depends_on=[b])
+    run_jobs()
+    assert ran(tmp_path / "log") == ["a", "b", "c"]
+    assert status(c) == JobStatus.COMPLETED
+
+
+def test_bulk_enqueue_waiters_with_unique_keys() -> None:
+    dep = enqueue("tests.noop", {})
+    first = bulk_enqueue("tests.noop", [{}, {}], depends_on=[dep], unique_key=["k1", "k2"])
+    again = bulk_enqueue("tests.noop", [{}, {}], depends_on=[dep], unique_key=["k1", "k3"])
+    assert again[0].pk == first[0].pk
+    assert JobBlocker.objects.count() == 3
+    run_jobs()
+    assert Job.objects.exclude(status=JobStatus.COMPLETED).count() == 0
+
+
+def test_cancelling_a_running_dependency_decides_its_waiter(tmp_path: Path) -> None:
+    """A dependency cancelled while it runs (a cancel request): once its worker records the
+    cancel, the waiter is decided by its policy."""
+    started, release = tmp_path / "started", tmp_path / "release"
+    dep = enqueue(
+        "faults.block",
+        {"path": str(tmp_path / "log"), "started": str(started), "release": str(release), "n": 1},
+    )
+    waiter = enqueue("tests.noop", {}, depends_on=[dep], on_dependency_failure="cancel")
+    worker = threading.Thread(target=lambda: run_burst(queues=["default"]))
+    worker.start()
+    try:
+        wait_for(started.exists, 30)
+        django_sqlq.cancel(dep)
+    finally:
+        release.touch()
+        worker.join(60)
+    assert status(dep) in (JobStatus.CANCELLED, JobStatus.COMPLETED)
+    expected = JobStatus.CANCELLED if status(dep) == JobStatus.CANCELLED else JobStatus.COMPLETED
+    wait_for(lambda: status(waiter) == expected or run_jobs().ran, 10)
+    assert status(waiter) == expected
+
+
+def test_a_dependency_whose_worker_is_killed_for_good_decides_its_waiters(
+    spawn_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    """The reaper fails a job whose lease expired on its last attempt: its waiters are
+    decided in the same transaction."""
+    started, release = tmp_path / "started", tmp_path / "release"
+    dep = enqueue(
+        "faults.block",
+        {"path": str(tmp_path / "log"), "started": str(started), "release": str(release), "n": 1},
+        max_attempts=1,
+    )
+    failing = enqueue("tests.noop", {}, depends_on=[dep])
+    running = enqueue(
+        "wf.record", rec(tmp_path / "w", "runs"), depends_on=[dep], on_dependency_failure="run"
+    )
+    env = {"SQLQ_TEST_LEASE_SECONDS": "2"}
+    doomed = spawn_worker("--queue", "default", env=env)
+    wait_for(started.exists, 30)
+    doomed.signal(signal.SIGKILL)
+    doomed.wait()
+    spawn_worker("--queue", "default", env=env).wait_ready()
+    wait_for(lambda: ran(tmp_path / "w") == ["runs"], 60)
+    assert status(dep) == JobStatus.FAILED
+    assert status(failing) == JobStatus.FAILED
+    assert status(running) == JobStatus.COMPLETED
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bulk_enqueue(..., depends_on=[group]) resolves every group member's chain again "
+    "for each job of the batch (about 2 statements x members x jobs): 20 jobs over a group of "
+    "10,000 took 141 s to enqueue on PostgreSQL",
+)
+def test_bulk_enqueue_resolves_a_group_once_for_the_whole_batch() -> None:
+    """bulk_enqueue(20 jobs, depends_on=[a group of 500]) reads the group's chains once, not
+    once per job: 20 x 10,000 took 141 s on PostgreSQL (16 s on SQLite)."""
+    group = bulk_enqueue("tests.noop", [{} for _ in range(500)])
+    with counting_queries() as one:
+        group.then("tests.noop", {})
+    with counting_queries() as twenty:
+        waiters = bulk_enqueue("tests.noop", [{} for _ in range(20)], depends_on=[group])
+    assert JobBlocker.objects.filter(job_id__in=[w.pk for w in waiters]).count() == 20 * 500
+    assert twenty[0] <= one[0] + 50, (one[0], twenty[0])
+
+
+@contextlib.contextmanager
+def counting_queries() -> Iterator[list[int]]:
+    """Count the statements run on "default" inside the block (no logging limit)."""
+    count = [0]
+
+    def wrapper(execute: Callable[..., Any], *args: Any) -> Any:
+        count[0] += 1
+        return execute(*args)
+
+    with connections["default"].execute_wrapper(wrapper):
+        yield count

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from tests.testapp.fault_jobs import append_line
 def continue_into(payload: dict[str, Any], context: JobContext) -> str:
     """Continue with ``payload["target"]``; ``bad_payload`` sends a set (not JSON)."""
     next_payload: Any = {1, 2} if payload.get("bad_payload") else payload.get("next", {})
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = dict(payload.get("options", {}))
     if "queue" in payload:
         options["queue"] = payload["queue"]
+    if "delay_seconds" in payload:
+        options["delay"] = timedelta(seconds=payload["delay_seconds"])
     context.continue_with(payload["target"], next_payload, **options)
     return "continued"
 
@@ -66,3 +69,12 @@ async def async_sleep(payload: dict[str, Any]) -> str:
 
     await asyncio.sleep(payload["seconds"])
     return "slept"
+
+
+@handler("advwf.atomic_continue", atomic=True, takes_context=True)
+def atomic_continue(payload: dict[str, Any], context: JobContext) -> int:
+    """Atomic: continue with wf.record, then fail while ``attempt <= fail_attempts``."""
+    context.continue_with("wf.record", {"path": payload["path"], "name": "next"})
+    if context.attempt <= payload.get("fail_attempts", 0):
+        raise RuntimeError(f"attempt {context.attempt} fails after continue_with")
+    return context.attempt
