@@ -84,7 +84,12 @@ def with_context(payload: Any, context: Any) -> dict[str, Any]:  # noqa: ARG001 
     return {"attempt": context.attempt, "job_id": context.job_id, "queue": context.queue}
 
 
-from tests.testapp import atomic_jobs, fault_jobs, workflow_jobs  # noqa: E402, F401
+from tests.testapp import (  # noqa: E402, F401
+    adversary_workflow_jobs,
+    atomic_jobs,
+    fault_jobs,
+    workflow_jobs,
+)
 
 # -- cancel and progress (issue 15): each announces its start in payload["started"] and
 # waits (at most a minute) for something, so that a test acts while it runs --------------
