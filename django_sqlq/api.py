@@ -131,9 +131,9 @@ def _write(
             # that does not exist raises, and no job is left behind).
             with transaction.atomic(using=queue_alias):
                 _insert(queue_alias, jobs, delay_seconds, unique_for)
-                for job in jobs:
-                    if job.created:
-                        workflows.attach(queue_alias, job, dependencies)
+                created = [job for job in jobs if job.created]
+                if created:
+                    workflows.attach(queue_alias, created, dependencies)
     except DatabaseError as exc:
         if is_missing_table(exc):
             raise ConfigurationError(
@@ -453,7 +453,7 @@ def _dependencies(
     policy = workflows.check_policy(on_dependency_failure)
     if depends_on is None:
         return None
-    targets = workflows.targets_of(depends_on)
+    targets = workflows.targets_of(depends_on, get_settings().DATABASE)
     return workflows.Dependencies(targets, policy) if targets else None
 
 

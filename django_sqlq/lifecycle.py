@@ -389,18 +389,22 @@ def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     are decided by their policy, in the same transaction."""
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
+    ops = ops_for(alias)
     with transaction.atomic(using=alias):
-        ops_for(alias).take_write_lock()
+        ops.take_write_lock()
         targets = list(
             Job.objects.using(alias)
             .filter(pk__in=wanted, status__in=NOT_STARTED)
             .values_list("pk", flat=True)
         )
+        # The blocker rows of the jobs about to be cancelled first, then the jobs: the order
+        # a completion takes them in (rows, then the job it counts off), so that neither
+        # can hold one while it waits for the other (a deadlock on PostgreSQL).
+        ops.drop_blockers_of(sorted(targets))
         outcome = _apply(
             targets, NOT_STARTED, alias, status=JobStatus.CANCELLED, completed_at=DatabaseNow()
         )
         if outcome.changed:
-            ops_for(alias).drop_blockers_of(sorted(targets))
             workflows.finished(alias, workflows.ended_of(alias, targets))
     return Outcome(changed=outcome.changed, skipped=len(wanted) - outcome.changed)
 
@@ -457,12 +461,12 @@ def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     wanted = set(ids)
     ops = ops_for(alias)
     with transaction.atomic(using=alias):
+        # Their blocker rows first, as cancel() does (the order a completion locks them in).
+        ops.drop_blockers_of(sorted(wanted))
         rows = ops.delete_jobs(sorted(wanted))
         # Jobs that had yet to finish: those that wait for them learn it as a cancel.
         unfinished = [(pk, chain) for pk, status, chain in rows if status in NOT_STARTED]
         if unfinished:
-            gone = [pk for pk, _ in unfinished]
-            ops.drop_blockers_of(gone)
             cancelled = JobStatus.CANCELLED
             workflows.finished(
                 alias, [workflows.Ended(pk, chain or pk, cancelled) for pk, chain in unfinished]

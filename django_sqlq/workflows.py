@@ -70,8 +70,13 @@ class Blocker(NamedTuple):
     chain: bool
 
 
-def _job_id(item: object, where: str) -> int:
+def _job_id(item: object, where: str, alias: str | None) -> int:
     if isinstance(item, Job):
+        if alias is not None and item._state.db not in (None, alias):
+            raise InvalidJobError(
+                f"depends_on{where}: {item!r} is a job of database {item._state.db!r}; the "
+                f"jobs table is on {alias!r} (SQLQ['DATABASE']): its id names another job."
+            )
         if item.pk is None:
             raise InvalidJobError(
                 f"depends_on{where}: {item!r} is not written yet (enqueued on another "
@@ -86,7 +91,7 @@ def _job_id(item: object, where: str) -> int:
     return item
 
 
-def targets_of(depends_on: object) -> list[Blocker]:
+def targets_of(depends_on: object, alias: str | None = None) -> list[Blocker]:
     """``depends_on`` checked, as the distinct targets it names, in order. A Job or an id:
     that job; a Chain: the chain's last step; a group (or any list of Jobs inside the
     list): the chain each of its jobs starts."""
@@ -103,9 +108,9 @@ def targets_of(depends_on: object) -> list[Blocker]:
             found[Blocker(item.id, True)] = None
         elif isinstance(item, (list, tuple)):
             for inner, member in enumerate(item):
-                found[Blocker(_job_id(member, f"{where}[{inner}]"), True)] = None
+                found[Blocker(_job_id(member, f"{where}[{inner}]", alias), True)] = None
         else:
-            found[Blocker(_job_id(item, where), False)] = None
+            found[Blocker(_job_id(item, where, alias), False)] = None
     return list(found)
 
 
@@ -129,14 +134,17 @@ class Dependencies:
         return [{"chain" if t.chain else "job": t.id} for t in self.targets]
 
 
-def attach(alias: str, job: Job, dependencies: Dependencies) -> None:
-    """Make the just-written ``job`` wait for ``dependencies``, in the transaction that
-    wrote it: blocked, unless all of them are done already (or one failed and its policy
-    fails or cancels it now). Raises InvalidJobError for a job or chain that does not
-    exist; the caller's transaction (or savepoint) then writes nothing."""
+def attach(alias: str, jobs: Sequence[Job], dependencies: Dependencies) -> None:
+    """Make the just-written ``jobs`` (one enqueue()'s, or one bulk_enqueue()'s) wait for
+    ``dependencies``, in the transaction that wrote them: blocked, unless all of them are
+    done already (or one failed and the policy fails or cancels the jobs now). The
+    dependencies are looked up once for all the jobs. Raises InvalidJobError for a job or
+    chain that does not exist; the caller's transaction (or savepoint) then writes
+    nothing."""
     ops = ops_for(alias)
     targets = _chains_by_first_job(alias, dependencies.targets)
-    dependencies = Dependencies(targets, dependencies.policy)
+    policy = dependencies.policy
+    depends_on = Dependencies(targets, policy).as_json()
     rows = ops.mark_waited([t.id for t in targets if not t.chain])
     waiting: list[tuple[int, bool]] = []
     broken: list[str] = []
@@ -157,20 +165,21 @@ def attach(alias: str, job: Job, dependencies: Dependencies) -> None:
             broken.append(_reason(target, state))
         else:
             waiting.append((target.id, target.chain))
-    policy = dependencies.policy
-    if broken and policy != DependencyPolicy.RUN:
-        status = statuses.CANCELLED if policy == DependencyPolicy.CANCEL else statuses.FAILED
-        ops.add_blockers(job.pk, [], depends_on=dependencies.as_json(), policy=policy)
-        ops.break_blocked({job.pk: broken[0]}, blocked=False)
-        job.status = status
-        job.last_error = broken[0]
-    else:
-        ops.add_blockers(job.pk, waiting, depends_on=dependencies.as_json(), policy=policy)
-        if waiting:
+    fails_now = bool(broken) and policy != DependencyPolicy.RUN
+    for job in jobs:
+        ops.add_blockers(
+            job.pk, [] if fails_now else waiting, depends_on=depends_on, policy=policy
+        )
+        if fails_now:
+            ops.break_blocked({job.pk: broken[0]}, blocked=False)
+            cancel = policy == DependencyPolicy.CANCEL
+            job.status = statuses.CANCELLED if cancel else statuses.FAILED
+            job.last_error = broken[0]
+        elif waiting:
             job.status = statuses.BLOCKED
             job.blockers_left = len(waiting)
-    job.depends_on = dependencies.as_json()
-    job.dependency_policy = policy
+        job.depends_on = depends_on
+        job.dependency_policy = policy
 
 
 def _chains_by_first_job(alias: str, targets: list[Blocker]) -> list[Blocker]:
@@ -259,7 +268,9 @@ def resolve(alias: str, ended: Sequence[Ended], *, now: datetime | None = None) 
             if waiter not in gone:  # policy "run": a dependency that ended counts as done
                 counts[waiter] += count
         if gone:
-            ops.drop_blockers_of(sorted(gone))
+            # Their other blocker rows stay until what they name finishes (then they match
+            # no blocked job): deleting them here, with the job's row locked, could wait for
+            # a completion that holds one of them and waits for the job's row (a deadlock).
             for job_id, status in changed:
                 logger.info(
                     "Job id=%s %s: a job it depends on failed or was cancelled", job_id, status

@@ -22,7 +22,7 @@ from django_sqlq import bulk_enqueue, enqueue, retention
 from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.exceptions import ConfigurationError
-from django_sqlq.models import Job, JobStatus, Maintenance
+from django_sqlq.models import Job, JobStatus, Maintenance, WorkerProcess
 from tests.conftest import run_burst, wait_for
 
 DAY = 86400
@@ -259,6 +259,9 @@ def test_workers_prune_while_draining_and_never_touch_unfinished_jobs(tmp_path, 
     }
     workers = [spawn_worker("--concurrency", "2", "-v", "0", env=env) for _ in range(2)]
     wait_for(started.exists)
+    # Both registered (their SIGTERM handlers follow at once): on a loaded machine a worker
+    # still starting up when the test stops them died of the signal instead (exit -15).
+    wait_for(lambda: WorkerProcess.objects.filter(stopped_at=None).count() == 2, timeout=120)
     # A pending job whose completed_at was left behind (say, a hand-made retry).
     stale = enqueue("tests.record", {"n": -2, "path": str(log)})
     Job.objects.filter(pk=stale.pk).update(completed_at=timezone.now() - old)
