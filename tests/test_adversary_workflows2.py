@@ -825,3 +825,56 @@ def test_dense_overlapping_waiters_on_jobs_and_failing_chains_under_3_workers(
 ) -> None:
     """Whatever the deadlocks cost, every waiter ends as its policy says, at most once."""
     dense_overlapping_waiters(tmp_path, spawn_worker)
+
+
+def test_the_reaper_fails_dependencies_of_a_killed_worker_while_others_complete_theirs(
+    tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
+    """The reaper's failures and the healthy workers' completions count off the same
+    waiters at once."""
+    rng = random.Random(99)
+    log = tmp_path / "runs"
+    started_file, release = tmp_path / "started", tmp_path / "release"
+    env = {"SQLQ_TEST_LEASE_SECONDS": "2"}
+    doomed_jobs = [
+        enqueue(
+            "faults.block",
+            {"n": i, "path": str(log), "started": str(started_file), "release": str(release)},
+            queue="reports",
+            max_attempts=1,
+        )
+        for i in range(8)
+    ]
+    good = [enqueue("wf.record", rec(log, f"g{i}", sleep=0.05), queue="emails") for i in range(60)]
+    doomed = spawn_worker("--queue", "reports", "--concurrency", "8", "-v", "1", env=env)
+    until(lambda: len(ran(started_file)) == 8, 30, "the doomed worker holds its 8 jobs")
+    expected: dict[int, str] = {}
+    names: dict[int, str] = {}
+    for k in range(40):
+        mine = rng.sample(good, 8) + rng.sample(doomed_jobs, 1 if k % 2 else 0)
+        policy = rng.choice(["fail", "cancel", "run"])
+        job = enqueue(
+            "wf.record", rec(log, f"w{k}"), depends_on=mine, on_dependency_failure=policy
+        )
+        broken = k % 2 and policy != "run"
+        expected[job.pk] = (
+            {"fail": JobStatus.FAILED, "cancel": JobStatus.CANCELLED}[policy]
+            if broken
+            else JobStatus.COMPLETED
+        )
+        names[job.pk] = f"w{k}"
+    doomed.signal(signal.SIGKILL)
+    doomed.wait()
+    release.touch()
+    healthy = workers(spawn_worker, 2, "--queue", "emails", "--queue", "default", **env)
+    until(nothing_left, 90, "every job finished")
+    output = stop(healthy)
+
+    assert {status(j) for j in doomed_jobs} == {JobStatus.FAILED}
+    got = dict(Job.objects.filter(pk__in=list(expected)).values_list("pk", "status"))
+    assert got == expected
+    runs = ran(log)
+    for pk, name in names.items():
+        assert runs[name] == (1 if expected[pk] == JobStatus.COMPLETED else 0), name
+    assert JobBlocker.objects.count() == 0
+    assert bad_lines(output) == []
