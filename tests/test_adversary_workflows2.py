@@ -2,7 +2,9 @@
 real worker processes completing, failing, timing out and losing the steps and dependencies
 that overlapping waiters wait for, while operators cancel, delete, retry and prune.
 
-A test marked xfail(strict=True) is a bug found; the others are behaviour that held."""
+One finding (completions and failures for good that count off the same waiters deadlocked
+on PostgreSQL) is fixed: its test, test_dense_overlapping_waiters_never_deadlock_the_workers,
+is a regression test now; the others are behaviour that held."""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections, transaction
 from django.test import Client
@@ -804,14 +805,6 @@ def dense_overlapping_waiters(tmp_path: Path, spawn_worker: Callable[..., Worker
     return output
 
 
-@pytest.mark.xfail(
-    condition=settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
-    strict=True,
-    reason="on PostgreSQL a completion batch and a failure for good (or two of them) that "
-    "count off the same waiters deadlock ('database error during complete/fail "
-    "(OperationalError: deadlock detected ...); retrying'): the worker retries, so nothing "
-    "is lost, but the waiters' rows are not locked in one order across those paths",
-)
 def test_dense_overlapping_waiters_never_deadlock_the_workers(
     tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
 ) -> None:

@@ -608,6 +608,12 @@ class QueueOps:
                 deleted.extend((row[0], str(row[1]), row[2]) for row in cursor.fetchall())
         return deleted
 
+    def lock_jobs(self, job_ids: Sequence[int]) -> None:
+        """Lock the rows of the jobs ``job_ids`` until the transaction ends, in id order
+        (PostgreSQL): the blocked jobs a resolution is about to fail, cancel or count off,
+        so that two resolutions over overlapping jobs take them in one order and cannot
+        wait for each other. SQLite: nothing (one writer at a time)."""
+
     def start_chain(self, job_id: int) -> None:
         """Make the job ``job_id`` the first step of a chain (as it continues)."""
         with self.connection.cursor() as cursor:

@@ -153,6 +153,15 @@ class PostgreSQLOps(QueueOps):
     def skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED"
 
+    def lock_jobs(self, job_ids: Sequence[int]) -> None:
+        if not job_ids:
+            return
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
+                {"ids": sorted(set(job_ids))},
+            )
+
     def in_list_sql(
         self, column: str, values: Sequence[Any], name: str
     ) -> tuple[str, dict[str, Any]]:
