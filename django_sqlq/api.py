@@ -98,7 +98,37 @@ def _options(
     return fields
 
 
-options_for = _options  # for django_sqlq.workflows (a chain's next step)
+def checked_job(
+    conf: Settings,
+    target: Target,
+    payload: Any,
+    *,
+    queue: str,
+    priority: int,
+    run_at: datetime | None,
+    delay: float | timedelta | None,
+    max_attempts: int | None,
+    timeout: float | None,
+) -> tuple[dict[str, Any], Any, str, float | None]:
+    """One job's type, payload and options checked, as enqueue() checks them (bad input
+    raises): its fields, its payload (``{}`` for None), the payload's JSON text, and the
+    delay to add to the database's clock (None: ``fields`` hold ``scheduled_at``, or run
+    now). enqueue() and a chain's next step (``django_sqlq.workflows``) both use it."""
+    type_name = registry.type_name_for(target)
+    if payload is None:
+        payload = {}
+    encoded = encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
+    fields = _options(
+        conf,
+        type_name,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        timeout=timeout,
+    )
+    return fields, payload, encoded, fields.pop("_delay_seconds", None)
 
 
 def _caller_alias(queue_alias: str, using: str | None) -> str | None:
@@ -418,14 +448,10 @@ def enqueue(
     job (the default), ``"cancel"`` it, or ``"run"`` it anyway.
     """
     conf = get_settings()
-    type_name = registry.type_name_for(target)
-    dependencies = _dependencies(depends_on, on_dependency_failure)
-    if payload is None:
-        payload = {}
-    encoded = encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
-    fields = _options(
+    fields, payload, encoded, delay_seconds = checked_job(
         conf,
-        type_name,
+        target,
+        payload,
         queue=queue,
         priority=priority,
         run_at=run_at,
@@ -433,10 +459,10 @@ def enqueue(
         max_attempts=max_attempts,
         timeout=timeout,
     )
+    dependencies = _dependencies(depends_on, on_dependency_failure)
     window = validation.check_unique(unique_key, unique_for)
     if unique_key is not None:
         fields["unique_key"] = validation.check_unique_key(unique_key)
-    delay_seconds = fields.pop("_delay_seconds", None)
     job = _new_job(fields, payload, encoded)
     if dependencies is not None:
         job._sqlq_deps = dependencies  # type: ignore[attr-defined]

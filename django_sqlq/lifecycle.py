@@ -12,6 +12,14 @@ functions; nothing else changes a job's status.
                                  its worker records the attempt's outcome (or gives the job
                                  back unstarted, or its lease runs out)
 
+    blocked -> pending | scheduled (the last job it waits for completed), or -> failed |
+                                 cancelled (one failed or was cancelled: its policy);
+                                 blocked -> cancelled (cancel)
+
+The ``blocked`` transitions are written by ``django_sqlq.workflows`` (``attach`` at
+enqueue, ``resolve`` in the transaction of every transition here that finishes a job, and
+of the worker's completions): a job's waiters are decided where the job is.
+
 Every write that finishes an attempt is fenced: it names the worker and the attempt, so a
 worker that lost its lease can never overwrite the outcome of the worker that took over.
 """

@@ -113,7 +113,8 @@ class QueueDatabaseManager(models.Manager[Any]):
 
 
 class Job(models.Model):
-    """One background job. Only ``django_sqlq.lifecycle`` changes ``status``."""
+    """One background job. Only ``django_sqlq.lifecycle`` changes ``status`` (and
+    ``django_sqlq.workflows``, which it calls, for jobs that wait for others)."""
 
     id = models.BigAutoField(primary_key=True)
     uuid = models.UUIDField(

@@ -330,17 +330,13 @@ def continuation(
     timeout: float | None,
 ) -> Continuation:
     """A next step, checked as ``enqueue()`` checks a job (bad input raises here)."""
-    from django_sqlq import registry
-    from django_sqlq.api import options_for
+    from django_sqlq.api import checked_job
     from django_sqlq.conf import get_settings
-    from django_sqlq.jsoncodec import encode_json
 
-    conf = get_settings()
-    type_name = registry.type_name_for(target)
-    encoded = encode_json({} if payload is None else payload, limit=conf.MAX_PAYLOAD_BYTES)
-    fields = options_for(
-        conf,
-        type_name,
+    fields, _, encoded, delay_seconds = checked_job(
+        get_settings(),
+        target,
+        payload,
         queue=queue,
         priority=priority,
         run_at=run_at,
@@ -348,7 +344,6 @@ def continuation(
         max_attempts=max_attempts,
         timeout=timeout,
     )
-    delay_seconds = fields.pop("_delay_seconds", None)
     fields.setdefault("scheduled_at", None)
     fields["unique_key"] = None
     return Continuation(fields, encoded, delay_seconds)

@@ -4,14 +4,12 @@ and hostile input use them). Imported by jobs.py, so worker processes discover t
 from __future__ import annotations
 
 import os
-import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from django_sqlq import handler
 from django_sqlq.registry import JobContext
-from tests.testapp.fault_jobs import append_line
+from tests.testapp.fault_jobs import append_line, await_release
 
 
 @handler("advwf.continue_into", takes_context=True)
@@ -47,10 +45,7 @@ def continue_then_block(payload: dict[str, Any], context: JobContext) -> int:
     """Continue with wf.record, announce the attempt, then wait for the release file."""
     context.continue_with("wf.record", {"path": payload["path"], "name": "next"})
     append_line(payload["started"], f"{context.attempt} {os.getpid()}")
-    release = Path(payload["release"])
-    deadline = time.monotonic() + payload.get("max_seconds", 30)
-    while not release.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    await_release(payload["release"], payload.get("max_seconds", 30))
     return context.attempt
 
 

@@ -26,6 +26,16 @@ def append_line(path: str, text: str) -> None:
         os.close(fd)
 
 
+def await_release(path: str, max_seconds: float) -> bool:
+    """Block the handler until the test creates the file ``path`` (at most ``max_seconds``):
+    the condition the test controls, polled, with a deadline. Whether it came."""
+    release = Path(path)
+    deadline = time.monotonic() + max_seconds
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return release.exists()
+
+
 @handler("faults.record")
 def record(payload: dict[str, Any]) -> int:
     """The side effect the scenarios count: one line per run, after ``before`` seconds of
@@ -43,10 +53,7 @@ def block(payload: dict[str, Any]) -> int:
     """Announce the start (``started`` gets a line with the pid), wait until the ``release``
     file exists (at most ``max_seconds``), then record the run like faults.record."""
     append_line(payload["started"], f"{payload['n']} {os.getpid()}")
-    release = Path(payload["release"])
-    deadline = time.monotonic() + payload.get("max_seconds", 30)
-    while not release.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    await_release(payload["release"], payload.get("max_seconds", 30))
     append_line(payload["path"], f"{payload['n']} {os.getpid()}")
     return os.getpid()
 
