@@ -200,10 +200,11 @@ def complete_statuses(
 ) -> dict[int, str]:
     """processing -> completed, or cancelled for a job whose cancel was requested while it
     ran. Returns {id: new status} for the jobs written (the others were lost: fenced).
-    ``unwaited``: only the jobs no other job waits for; the others are left out as lost
-    ones are, for ``django_sqlq.workflows.complete`` (which releases their waiters)."""
+    ``unwaited``: only the jobs no other job waits for and no other transaction holds
+    right now; the others are left out as lost ones are, for
+    ``django_sqlq.workflows.complete`` (which waits for them and releases their waiters)."""
     return ops_for(alias).complete_statuses(
-        finished, worker_id=worker_id, now=now, unwaited=unwaited
+        finished, worker_id=worker_id, now=now, unwaited=unwaited, skip_locked=unwaited
     )
 
 
@@ -305,11 +306,14 @@ def _apply(
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
     # One conditional UPDATE: a job whose status changed meanwhile (a worker claimed it) no
-    # longer matches, so it is skipped, never corrupted.
+    # longer matches, so it is skipped, never corrupted. Its rows locked first in id order,
+    # the order every statement that waits for several jobs takes them in (PostgreSQL).
     jobs = Job.objects.using(alias).filter(pk__in=wanted, status__in=allowed)
     if unless is not None:
         jobs = jobs.exclude(unless)
-    changed = jobs.update(updated_at=DatabaseNow(), **changes)
+    with transaction.atomic(using=alias):
+        ops_for(alias).lock_jobs(sorted(wanted))
+        changed = jobs.update(updated_at=DatabaseNow(), **changes)
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 
 

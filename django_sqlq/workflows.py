@@ -13,26 +13,30 @@ wait) and counts them off each blocked job's ``blockers_left``: the last one mak
 ``pending`` in that same transaction. A dependency that fails or is cancelled decides the
 blocked job by its ``dependency_policy``: fail it, cancel it, or count it as done (run).
 
-Concurrency: on PostgreSQL the enqueue locks the rows of what it depends on (``FOR
-SHARE``) before it decides whether to wait, so a completion of one of them waits for the
-enqueue's commit and then sees its blocker rows; each blocked job's count is one row that
-concurrent completions update in turn. On SQLite one writer at a time does both.
+Concurrency: on PostgreSQL the enqueue locks the rows of what it depends on (marking them
+``waited_on``) before it decides whether to wait, so a completion of one of them waits for
+the enqueue's commit and then sees its blocker rows; each blocked job's count is one row
+that concurrent completions update in turn. Every statement that may wait for several
+rows takes them in id order (``QueueOps.in_id_order``), and the workers' plain batch
+completion skips rows others hold rather than wait for them: neither side can hold a row
+the other waits for while it waits. On SQLite one writer at a time does all of it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 
 from django_sqlq import statuses
-from django_sqlq.db import ops_for
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.db import is_lock_conflict, ops_for
+from django_sqlq.db.base import ClaimedJob, Finished, QueueOps
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Chain, DependencyPolicy, Job
 
@@ -145,20 +149,11 @@ def attach(alias: str, jobs: Sequence[Job], dependencies: Dependencies) -> None:
     targets = _chains_by_first_job(alias, dependencies.targets)
     policy = dependencies.policy
     depends_on = Dependencies(targets, policy).as_json()
-    rows = ops.mark_waited([t.id for t in targets if not t.chain])
+    states = _lock_targets(alias, targets)
     waiting: list[tuple[int, bool]] = []
     broken: list[str] = []
     for target in targets:
-        if target.chain:
-            state = _chain_state(alias, target.id)
-        else:
-            row = rows.get(target.id)
-            if row is None:
-                raise InvalidJobError(
-                    f"depends_on: there is no job with id {target.id} (deleted, pruned, or "
-                    "never written)."
-                )
-            state = row[0]
+        state = states[target]
         if state == statuses.COMPLETED:
             continue
         if state in (statuses.FAILED, statuses.CANCELLED):
@@ -182,6 +177,77 @@ def attach(alias: str, jobs: Sequence[Job], dependencies: Dependencies) -> None:
         job.dependency_policy = policy
 
 
+#: How many times :func:`_lock_targets` starts again after a deadlock (PostgreSQL chose the
+#: enqueue to break one) before it lets the error through.
+MAX_LOCK_TRIES = 20
+
+
+def _lock_targets(alias: str, targets: Sequence[Blocker]) -> dict[Blocker, str]:
+    """The status of each target (a chain's: its last step's), its row marked waited for
+    and locked until the caller's transaction ends (PostgreSQL): a completion of one of
+    them then waits for this enqueue, and sees its blocker rows.
+
+    Every row is locked by one statement, in id order (``QueueOps.mark_waited``): the order
+    every statement that locks several jobs takes them in, so this enqueue and the workers'
+    completions cannot wait for each other crosswise. In a savepoint: when a chain moved on
+    between the read of its last step and the lock (the step completed and continued), or
+    when PostgreSQL broke a deadlock by failing this statement (a transaction that took
+    rows out of order: this caller's own earlier enqueues, an operator), the locks taken
+    here are given back and the lookup starts again, never failing the caller's call."""
+    ops = ops_for(alias)
+    conflicts = 0
+    for _ in range(MAX_CHAIN_HOPS):
+        try:
+            with transaction.atomic(using=alias):
+                return _try_lock_targets(ops, targets)
+        except _ChainMoved:
+            continue
+        except OperationalError as exc:
+            conflicts += 1
+            if not is_lock_conflict(exc) or conflicts >= MAX_LOCK_TRIES:
+                raise
+            logger.debug("enqueue: locking its dependencies again after %s", exc)
+            time.sleep(min(0.5, 0.01 * 2**conflicts))
+    raise InvalidJobError(  # pragma: no cover - a chain growing faster than we read it
+        "depends_on: a chain kept growing while it was read."
+    )
+
+
+class _ChainMoved(Exception):
+    """A chain's last step changed between its read and its lock: read it again."""
+
+
+def _try_lock_targets(ops: QueueOps, targets: Sequence[Blocker]) -> dict[Blocker, str]:
+    """One try of :func:`_lock_targets`; raises _ChainMoved when a chain moved on."""
+    lasts: dict[Blocker, int] = {}
+    for target in targets:
+        if target.chain:
+            last = ops.chain_last_step(target.id)
+            if last is None:
+                raise InvalidJobError(
+                    f"depends_on: there is no chain {target.id} (no job with that id or chain id)."
+                )
+            lasts[target] = last
+        else:
+            lasts[target] = target.id
+    rows = ops.mark_waited(list(lasts.values()))
+    states: dict[Blocker, str] = {}
+    for target, row_id in lasts.items():
+        row = rows.get(row_id)
+        if row is None:
+            if target.chain:
+                raise _ChainMoved  # the step was deleted since: read the chain again
+            raise InvalidJobError(
+                f"depends_on: there is no job with id {target.id} (deleted, pruned, or "
+                "never written)."
+            )
+        status = row[0]
+        if target.chain and status == statuses.COMPLETED and ops.has_next_step(target.id, row_id):
+            raise _ChainMoved
+        states[target] = status
+    return states
+
+
 def _chains_by_first_job(alias: str, targets: list[Blocker]) -> list[Blocker]:
     """``targets`` with each chain named by its first job: ``Chain(id)`` of a later step
     (or a later step in a group) is the chain that step belongs to."""
@@ -201,24 +267,6 @@ def _chains_by_first_job(alias: str, targets: list[Blocker]) -> list[Blocker]:
     for target in targets:
         found[Blocker(first.get(target.id, target.id), True) if target.chain else target] = None
     return list(found)
-
-
-def _chain_state(alias: str, root: int) -> str:
-    """The status of chain ``root``: its last step's (a step that completed and continued
-    is passed for the next). Marks that step waited for, which locks it (PostgreSQL) until
-    the caller commits: the chain cannot end unseen."""
-    ops = ops_for(alias)
-    for _ in range(MAX_CHAIN_HOPS):
-        last = ops.chain_last_step(root)
-        locked = ops.mark_waited([last]) if last is not None else {}
-        if last is None or last not in locked:
-            raise InvalidJobError(
-                f"depends_on: there is no chain {root} (no job with that id or chain id)."
-            )
-        status = locked[last][0]
-        if status != statuses.COMPLETED or not ops.has_next_step(root, last):
-            return status
-    return statuses.PROCESSING  # pragma: no cover - a chain growing faster than we read
 
 
 def _reason(target: Blocker, status: str) -> str:
@@ -386,17 +434,44 @@ def complete(
     worker_id: str,
     now: datetime | None = None,
 ) -> Outcome:
-    """Record attempts completed (job, result, next step) in one transaction: the fenced
-    completion of every job, the next step of those that continue their chain, and the
-    release of the jobs that waited for them. A job this worker no longer holds is left
-    out (fenced) and its next step not written."""
-    ops = ops_for(alias)
+    """Record attempts completed (job, result, next step): the fenced completion of every
+    job, the next step of those that continue their chain, and the release of the jobs that
+    waited for them. A job this worker no longer holds is left out (fenced) and its next
+    step not written.
+
+    One transaction for the batch, which skips the jobs another transaction holds at that
+    moment (an enqueue about to depend on one, an operator); then one transaction for each
+    of those, which waits for it. So a completion never waits for a job's lock while it
+    holds others (PostgreSQL): an enqueue that locks a job of the batch and then another
+    (its caller's earlier enqueue took the first) cannot deadlock with it."""
     ordered = sorted(done, key=lambda item: item[0].id)  # rows locked in one order
+    outcome = _complete(alias, ordered, worker_id=worker_id, now=now, skip_locked=len(done) > 1)
+    for item in ordered:
+        if item[0].id in outcome.statuses or len(done) == 1:
+            continue
+        one = _complete(alias, [item], worker_id=worker_id, now=now, skip_locked=False)
+        outcome.statuses.update(one.statuses)
+        outcome.continued.extend(one.continued)
+        outcome.released.extend(one.released)
+    return outcome
+
+
+def _complete(
+    alias: str,
+    ordered: Sequence[tuple[ClaimedJob, Any, Continuation | None]],
+    *,
+    worker_id: str,
+    now: datetime | None,
+    skip_locked: bool,
+) -> Outcome:
+    """One transaction of :func:`complete`, over ``ordered`` (sorted by id)."""
+    ops = ops_for(alias)
     with transaction.atomic(using=alias, savepoint=False):
         written = ops.complete_statuses(
             [Finished(job.id, job.attempts, result) for job, result, _ in ordered],
             worker_id=worker_id,
             now=now,
+            skip_locked=skip_locked,
         )
         ended: list[Ended] = []
         continued: list[int] = []

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from django.db.models import Max
 
 from django_sqlq import Chain, bulk_enqueue, enqueue
 from django_sqlq.models import Job, JobBlocker, JobStatus
-from tests.conftest import WorkerProcess, run_burst
+from tests.conftest import ROOT, WorkerProcess, run_burst
 from tests.faults.conftest import errors_in, pid_of, runs, until
 from tests.testapp import workflow_jobs  # noqa: F401 (registers the handlers)
 from tests.testapp.models import Order
@@ -346,3 +348,79 @@ def test_an_atomic_step_that_completes_writes_its_rows_and_its_next_step(tmp_pat
     assert orders("t") == ["t 0 1", "t 1 2", "t 2 1"]
     assert status_of(waiter) == JobStatus.COMPLETED
     assert names(tmp_path / "runs") == ["w"]
+
+
+# -- enqueues that fan in on running work ------------------------------------------------------
+
+FAN_IN_SECONDS = 10.0
+
+
+def _finished_before(waiter: Job) -> list[str]:
+    """What ``waiter`` depended on that had not completed when it started."""
+    late = []
+    for target in waiter.depends_on:
+        if "job" in target:
+            deps = Job.objects.filter(pk=target["job"])
+        else:
+            deps = Job.objects.filter(chain_id=target["chain"]) | Job.objects.filter(
+                pk=target["chain"]
+            )
+        for dep in deps:
+            if dep.status != JobStatus.COMPLETED or dep.completed_at > waiter.started_at:
+                late.append(f"{target}: job {dep.pk} {dep.status} at {dep.completed_at}")
+    return late
+
+
+@pytest.mark.parametrize("mode", ["view", "calls"])
+def test_enqueues_that_fan_in_on_jobs_being_finished_never_deadlock(
+    tmp_path, spawn_worker, worker_env, mode
+):
+    """A process keeps writing jobs that wait for jobs 3 workers are finishing at that
+    moment: group.then(), depends_on a part of a group and a fan-in, and on a chain, all
+    in one transaction (a view) or each in its own. PostgreSQL: every statement that locks
+    several jobs takes them in id order, so neither side deadlocks (issue 27); the caller
+    never sees an error and the workers log none."""
+    seed, _ = seeded()
+    log = tmp_path / "runs"
+    workers = _ready_workers(spawn_worker, 3)
+    enqueuer = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.faults.fanin_enqueuer",
+            str(FAN_IN_SECONDS),
+            str(log),
+            mode,
+            str(seed),
+        ],
+        cwd=ROOT,
+        env={**worker_env, **LEVELS},
+        capture_output=True,
+        text=True,
+        timeout=FAN_IN_SECONDS + 120,
+        check=False,
+    )
+    said = enqueuer.stdout + enqueuer.stderr
+    assert enqueuer.returncode == 0, f"seed {seed}: the enqueuer failed\n{said}"
+    rounds = int(said.split("rounds ")[1].split()[0])
+    waiter_ids = [int(pk) for pk in said.split("waiters ")[1].split()[0].split(",")]
+    assert rounds >= 5, said
+    until(
+        lambda: not Job.objects.exclude(status=JobStatus.COMPLETED).exists(),
+        90,
+        f"every job completed (seed {seed})",
+    )
+    outputs = [worker.output() for worker in workers]
+    stop(workers)
+
+    for output in outputs:
+        assert "deadlock" not in output.lower(), f"seed {seed}:\n{output}"
+    ran = Counter(names(log))
+    assert set(ran.values()) == {1}, f"seed {seed}: ran twice: {ran.most_common(3)}"
+    assert sum(ran.values()) == Job.objects.count()
+    waiters = list(Job.objects.filter(pk__in=waiter_ids))
+    assert len(waiters) == len(waiter_ids)
+    for waiter in waiters:
+        assert waiter.attempts == 1, waiter
+        assert _finished_before(waiter) == [], f"seed {seed}: {waiter} ran early"
+    assert JobBlocker.objects.count() == 0

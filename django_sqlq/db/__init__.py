@@ -80,6 +80,18 @@ def is_transient(exc: BaseException) -> bool:
     return not ("no such table" in message or "does not exist" in message)
 
 
+#: SQLSTATEs of a statement that lost a race for row locks, which a new try can win:
+#: deadlock_detected, lock_not_available, serialization_failure.
+LOCK_CONFLICTS = frozenset({"40P01", "55P03", "40001"})
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """True when the database failed a statement to break a deadlock (or a lock wait)."""
+    cause = exc.__cause__
+    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    return code in LOCK_CONFLICTS
+
+
 def is_missing_table(exc: BaseException) -> bool:
     """True when the jobs table is not there: ``migrate`` has not been run."""
     message = str(exc).lower()

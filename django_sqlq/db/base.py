@@ -139,6 +139,23 @@ class QueueOps:
         """``column``, written so the planner will not drive the query from its index."""
         return column
 
+    def in_id_order(
+        self,
+        where: str,
+        *,
+        table: str | None = None,  # noqa: ARG002 (for engines with row locks)
+        skip_locked: bool = False,  # noqa: ARG002
+        delete: bool = False,  # noqa: ARG002
+    ) -> str:
+        """The condition of an UPDATE or DELETE of several rows of ``table`` (the jobs table)
+        picked by ``where``. On an engine with row locks it locks those rows in id order
+        first: every statement that may wait for several rows takes them in this one
+        order, so two transactions over overlapping rows cannot each hold one the other
+        waits for (a deadlock). ``skip_locked``: leave out the rows another transaction
+        holds instead of waiting for them. ``delete``: the lock a DELETE needs. Here (SQLite,
+        one writer at a time): ``where`` itself."""
+        return where
+
     def raw_datetime(self, column: str) -> str:
         """``column`` (a datetime) as the driver returns it unconverted: for values that are
         only sorted, or converted once per distinct value rather than once per row."""
@@ -452,12 +469,16 @@ class QueueOps:
         worker_id: str,
         now: datetime | None = None,
         unwaited: bool = False,
+        skip_locked: bool = False,
     ) -> dict[int, str]:
         """:meth:`complete`, returning each written job's new status: ``completed``, or
         ``cancelled`` for a job whose cancel was requested while it ran (the handler ran to
         its end, but the job was cancelled: its outcome is recorded as such).
         ``unwaited``: only jobs no other job waits for (``waited_on`` unset); the others
-        are left out, as a lost job is, for the caller to complete with their waiters."""
+        are left out, as a lost job is, for the caller to complete with their waiters.
+        ``skip_locked``: a job another transaction holds right now (an enqueue about to
+        depend on it, an operator) is left out too, rather than waited for with the others
+        held (see :meth:`in_id_order`)."""
         if not finished:
             return {}
         now_sql = self.now_sql()
@@ -475,12 +496,24 @@ class QueueOps:
             f"AND {self.unindexed(f'{self.table}.status')} = 'processing' "
             f"AND {self.table}.locked_by = %(worker_id)s "
             f"{f'AND {self.table}.waited_on IS NULL ' if unwaited else ''}"
+            f"{self.finished_lock_sql(unwaited=unwaited, skip_locked=skip_locked)}"
             f"RETURNING {self.table}.id, {self.table}.status"
         )
         params = {"now": self.clock(now), "worker_id": worker_id, **source_params}
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return {row[0]: str(row[1]) for row in cursor.fetchall()}
+
+    def finished_lock_sql(
+        self,
+        *,
+        unwaited: bool,  # noqa: ARG002 (for engines with row locks)
+        skip_locked: bool,  # noqa: ARG002
+    ) -> str:
+        """What :meth:`complete_statuses` adds to its WHERE to take its rows in id order
+        (:meth:`in_id_order`), with the parameters of :meth:`finished_rows_sql`. Nothing
+        here (SQLite)."""
+        return ""
 
     # -- workflows (django_sqlq.workflows): chains and jobs that wait for others ----------
 
@@ -498,7 +531,8 @@ class QueueOps:
             in_sql, params = self.in_list_sql("id", ids[start : start + IN_CHUNK], "ids")
             with self.connection.cursor() as cursor:
                 cursor.execute(
-                    f"UPDATE {self.table} SET waited_on = %(yes)s WHERE {in_sql} "
+                    f"UPDATE {self.table} SET waited_on = %(yes)s "
+                    f"WHERE {self.in_id_order(in_sql)} "
                     f"RETURNING id, status, chain_id",
                     {**params, "yes": True},
                 )
@@ -586,6 +620,7 @@ class QueueOps:
             in_chains, chain_params = self.in_list_sql("blocker_id", list(ended_chains), "ended")
             where += f" OR ({in_chains} AND chain = %(yes)s)"
             params.update(chain_params)
+        where = self.in_id_order(where, table=self.blocker_table, delete=True)
         sql = f"DELETE FROM {self.blocker_table} WHERE {where} RETURNING job_id, blocker_id, chain"
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {**params, "yes": True, "no": False})
@@ -597,11 +632,13 @@ class QueueOps:
         chain_id) of each job deleted."""
         ids = sorted(set(job_ids))
         deleted: list[tuple[int, str, int | None]] = []
+        not_running = " AND status <> 'processing'"
         for start in range(0, len(ids), IN_CHUNK):
             in_sql, params = self.in_list_sql("id", ids[start : start + IN_CHUNK], "ids")
             with self.connection.cursor() as cursor:
                 cursor.execute(
-                    f"DELETE FROM {self.table} WHERE {in_sql} AND status <> 'processing' "
+                    f"DELETE FROM {self.table} "
+                    f"WHERE {self.in_id_order(in_sql + not_running, delete=True)} "
                     f"RETURNING id, status, chain_id",
                     params,
                 )
@@ -630,7 +667,8 @@ class QueueOps:
         for start in range(0, len(ids), IN_CHUNK):
             in_sql, params = self.in_list_sql("job_id", ids[start : start + IN_CHUNK], "ids")
             with self.connection.cursor() as cursor:
-                cursor.execute(f"DELETE FROM {self.blocker_table} WHERE {in_sql}", params)
+                where = self.in_id_order(in_sql, table=self.blocker_table, delete=True)
+                cursor.execute(f"DELETE FROM {self.blocker_table} WHERE {where}", params)
 
     def unblock(
         self, counts: Mapping[int, int], *, now: datetime | None = None
@@ -647,6 +685,7 @@ class QueueOps:
         for start in range(0, len(ids), IN_CHUNK):
             chunk = ids[start : start + IN_CHUNK]
             in_sql, params = self.in_list_sql("id", chunk, "ids")
+            blocked = f" AND {self.unindexed('status')} = 'blocked'"
             cases = " ".join(f"WHEN {int(job_id)} THEN {int(counts[job_id])}" for job_id in chunk)
             left = f"(COALESCE(blockers_left, 0) - CASE id {cases} ELSE 0 END)"
             sql = (
@@ -654,7 +693,7 @@ class QueueOps:
                 f"ELSE NULL END, status = CASE WHEN {left} > 0 THEN 'blocked' "
                 f"WHEN scheduled_at > {now_sql} THEN 'scheduled' ELSE 'pending' END, "
                 f"updated_at = {now_sql} "
-                f"WHERE {in_sql} AND {self.unindexed('status')} = 'blocked' "
+                f"WHERE {self.in_id_order(in_sql + blocked)} "
                 f"RETURNING id, status, queue"
             )
             with self.connection.cursor() as cursor:
@@ -940,7 +979,8 @@ class QueueOps:
             f"attempts = attempts - 1, "
             f"locked_by = '', locked_at = NULL, started_at = NULL, lease_expires_at = NULL, "
             f"updated_at = {now_sql} "
-            f"WHERE {in_sql} AND status = 'processing' AND locked_by = %(worker_id)s"
+            "WHERE "
+            + self.in_id_order(f"{in_sql} AND status = 'processing' AND locked_by = %(worker_id)s")
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"now": self.clock(now), "worker_id": worker_id, **in_params})
@@ -1003,9 +1043,12 @@ class QueueOps:
             f"errors = {self.lease_error_sql()}, "
             f"lease_expires_at = NULL, updated_at = {now_sql} "
             # A processing row without a lease was set so by hand: nobody renews it either.
-            f"WHERE status = 'processing' "
-            f"AND (lease_expires_at < {now_sql} OR lease_expires_at IS NULL) "
-            f"RETURNING id, type, status, attempts, queue"
+            "WHERE "
+            + self.in_id_order(
+                f"status = 'processing' "
+                f"AND (lease_expires_at < {now_sql} OR lease_expires_at IS NULL)"
+            )
+            + " RETURNING id, type, status, attempts, queue"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"now": self.clock(now)})
@@ -1079,10 +1122,7 @@ class QueueOps:
     ) -> int:
         """Renew the leases this worker holds, in one statement: all of them, or only those
         of ``job_ids`` (the jobs the worker knows it is running or about to run)."""
-        sql = (
-            f"UPDATE {self.table} SET lease_expires_at = {self.later_sql('lease')} "
-            f"WHERE status = 'processing' AND locked_by = %(worker_id)s"
-        )
+        where = "status = 'processing' AND locked_by = %(worker_id)s"
         params: dict[str, Any] = {
             "now": self.clock(now),
             "lease": lease_seconds,
@@ -1092,8 +1132,15 @@ class QueueOps:
             if not job_ids:
                 return 0
             in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
-            sql += f" AND {in_sql}"
+            where += f" AND {in_sql}"
             params.update(in_params)
+        # A row another transaction holds (an enqueue marking it waited for, an operator)
+        # is renewed by the next beat: the heartbeat never waits, so it never holds this
+        # worker's other rows while it does.
+        sql = (
+            f"UPDATE {self.table} SET lease_expires_at = {self.later_sql('lease')} "
+            f"WHERE {self.in_id_order(where, skip_locked=True)}"
+        )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
@@ -1116,11 +1163,12 @@ class QueueOps:
             return 0
         in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
         now_sql = self.now_sql()
+        running = " AND status = 'processing'"
         sql = (
             f"UPDATE {self.table} SET "
             f"cancel_requested_at = COALESCE(cancel_requested_at, {now_sql}), "
             f"updated_at = {now_sql} "
-            f"WHERE {in_sql} AND status = 'processing'"
+            f"WHERE {self.in_id_order(in_sql + running)}"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"now": self.clock(now), **in_params})
@@ -1154,7 +1202,7 @@ class QueueOps:
                 "worker_id": worker_id,
                 "attempt": attempt,
             }
-            for job_id, attempt, fraction, message in progress
+            for job_id, attempt, fraction, message in sorted(progress)
         ]
         with self.connection.cursor() as cursor:
             cursor.executemany(sql, rows)

@@ -153,12 +153,43 @@ class PostgreSQLOps(QueueOps):
     def skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED"
 
+    def in_id_order(
+        self,
+        where: str,
+        *,
+        table: str | None = None,
+        skip_locked: bool = False,
+        delete: bool = False,
+    ) -> str:
+        # The sub-SELECT's rows are locked as they leave its sort (LockRows runs above the
+        # Sort), whatever plan the outer statement gets: an UPDATE's own rows are locked in
+        # the order its plan reads them (a hash join's, a bitmap scan's), which is not id
+        # order. The outer statement then changes rows this transaction already holds.
+        # NO KEY UPDATE is the lock an UPDATE that keeps the id takes; a DELETE takes UPDATE.
+        table = table or self.table
+        strength = "UPDATE" if delete else "NO KEY UPDATE"
+        skip = " SKIP LOCKED" if skip_locked else ""
+        return (
+            f"{table}.id IN (SELECT id FROM {table} WHERE {where} "
+            f"ORDER BY id FOR {strength}{skip})"
+        )
+
+    def finished_lock_sql(self, *, unwaited: bool, skip_locked: bool) -> str:
+        where = (
+            f"id = ANY(%(done_ids)s) AND {self.unindexed('status')} = 'processing' "
+            f"AND locked_by = %(worker_id)s"
+        )
+        if unwaited:
+            where += " AND waited_on IS NULL"
+        return f"AND {self.in_id_order(where, skip_locked=skip_locked)} "
+
     def lock_jobs(self, job_ids: Sequence[int]) -> None:
         if not job_ids:
             return
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
+                f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) "
+                f"ORDER BY id FOR NO KEY UPDATE",
                 {"ids": sorted(set(job_ids))},
             )
 

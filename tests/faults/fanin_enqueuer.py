@@ -1,0 +1,81 @@
+"""``python -m tests.faults.fanin_enqueuer SECONDS PATH MODE SEED``: for SECONDS, write
+groups of wf.record jobs and, while workers are finishing them, jobs that wait for them, as
+a site that fans in on running work does. Each round: a group of GROUP jobs (committed),
+a wait until the workers run some of it, then (MODE ``view``) one transaction that calls
+``group.then()``, an ``enqueue(depends_on=...)`` on a random part of the group and on
+the fan-in just written, and one on the chain of an earlier round's fan-in; or (MODE
+``calls``) the same three enqueues, each its own transaction. Every job records its run in
+PATH. Prints ``rounds N`` and the ids of the waiters as ``waiters ID,ID,...``; exits 1 with
+the traceback on any error (a deadlock raised into the caller's call among them)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+
+GROUP = 12
+
+
+def main(argv: list[str]) -> int:
+    seconds, path, mode, seed = float(argv[0]), argv[1], argv[2], int(argv[3])
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.faults.settings")
+    import django
+
+    django.setup()
+    from django.db import transaction
+
+    from django_sqlq import bulk_enqueue, enqueue
+    from django_sqlq.models import Job, JobStatus
+
+    rng = random.Random(seed)
+    waiters: list[int] = []
+    fan_ins: list = []
+    rounds = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        name = f"{mode}{rounds}"
+        group = bulk_enqueue(
+            "wf.record",
+            [{"path": path, "name": f"{name}-{i}", "sleep": 0.002} for i in range(GROUP)],
+        )
+        # Until the workers are finishing this group: some of it claimed or done.
+        ids = [job.pk for job in group]
+        until = time.monotonic() + 2.0
+        while (
+            time.monotonic() < until
+            and not Job.objects.filter(
+                pk__in=ids, status__in=(JobStatus.PROCESSING, JobStatus.COMPLETED)
+            ).exists()
+        ):
+            time.sleep(0.001)
+        with transaction.atomic() if mode == "view" else nullcontext():
+            fan_in = group.then("wf.record", {"path": path, "name": f"{name}-fan"})
+            some = rng.sample(list(group), 5)
+            part = enqueue(
+                "wf.record",
+                {"path": path, "name": f"{name}-part"},
+                depends_on=[*some, fan_in],
+            )
+            made = [fan_in, part]
+            if fan_ins:
+                earlier = rng.choice(fan_ins)
+                made.append(
+                    enqueue(
+                        "wf.record",
+                        {"path": path, "name": f"{name}-chain"},
+                        depends_on=[earlier.chain, rng.choice(list(group))],
+                    )
+                )
+        fan_ins.append(fan_in)
+        waiters.extend(job.pk for job in made)
+        rounds += 1
+    print(f"rounds {rounds}")
+    print("waiters " + ",".join(map(str, waiters)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
