@@ -1,6 +1,7 @@
 """SQLite files that give space back (issue 27): a new database gets ``auto_vacuum =
 INCREMENTAL`` whatever the project's ``init_command`` says, the ``-wal`` file shrinks back to
-``journal_size_limit`` after a burst. Real files, opened the way Django opens them."""
+``journal_size_limit`` after a burst, and the check W002 names the one-time conversion of an
+older database. Real files, opened the way Django opens them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
+from django.test import override_settings
 
+from django_sqlq.checks import check_database
 from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS
 from django_sqlq.db.sqlite import SQLiteOps
 from tests.conftest import ROOT
@@ -215,3 +218,51 @@ def test_a_project_database_gives_the_space_of_pruned_jobs_back(tmp_path, option
     assert "Deleted 3000 finished job(s)" in done.stdout
     assert path.stat().st_size < full / 2, (full, path.stat().st_size)
     assert not Path(f"{path}-wal").exists() or wal_size(path) <= WAL_LIMIT
+
+
+def test_the_check_warns_about_a_database_without_incremental_auto_vacuum(tmp_path):
+    """A database created before this release: migrated with auto_vacuum = NONE. The check
+    names the one-time conversion; once done, it is silent."""
+    options = OPTIONS["WAL alone"]
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as plain:
+        plain.execute("PRAGMA journal_mode = WAL")
+        plain.execute("CREATE TABLE older_app_table (id INTEGER PRIMARY KEY)")
+    plain.close()
+    manage(path, options, "migrate", "--database", "queue", "-v", "0")
+    assert auto_vacuum(path) == 0
+    done = manage(path, options, "check", "--database", "queue")
+    assert "django_sqlq.W002" in done.stderr
+    assert "auto_vacuum = NONE, not INCREMENTAL" in done.stderr
+    assert "python manage.py dbshell --database queue" in done.stderr
+    assert "PRAGMA auto_vacuum = INCREMENTAL; VACUUM;" in done.stderr
+    # What the hint says, as dbshell would run it.
+    with sqlite3.connect(path, isolation_level=None) as plain:
+        plain.executescript("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
+    plain.close()
+    assert auto_vacuum(path) == 2
+    done = manage(path, options, "check", "--database", "queue")
+    assert "W002" not in done.stdout + done.stderr
+
+
+def test_the_check_is_silent_on_a_new_database(tmp_path):
+    path = tmp_path / "new.sqlite3"
+    options = OPTIONS["WAL; synchronous; IMMEDIATE"]
+    manage(path, options, "migrate", "--database", "queue", "-v", "0")
+    done = manage(path, options, "check", "--database", "queue")
+    assert "W002" not in done.stdout + done.stderr
+
+
+def test_the_check_does_not_fail_on_an_unreachable_database(tmp_path, django_db_blocker):
+    """A file in a directory that does not exist: no warning, no exception (the command
+    that needs the database reports it). In-process: Django's own model checks fail first
+    in ``manage.py check``."""
+    missing = tmp_path / "no such directory" / "queue.sqlite3"
+    connections.settings["queue"] = alias_settings(missing, {})
+    try:
+        with django_db_blocker.unblock(), override_settings(SQLQ={"DATABASE": "queue"}):
+            assert check_database(databases=["queue"]) == []
+    finally:
+        connections["queue"].close()
+        del connections["queue"]
+        del connections.settings["queue"]
