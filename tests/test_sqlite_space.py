@@ -48,7 +48,7 @@ def _sqlite_only(engine: str) -> None:
 ENGINE = "django.db.backends.sqlite3"
 
 
-def alias_settings(path: Path, options: dict[str, Any]) -> dict[str, Any]:
+def alias_settings(path: Path | str, options: dict[str, Any]) -> dict[str, Any]:
     """An entry of settings.DATABASES for the file ``path``, Django's defaults filled in."""
     entry = {"ENGINE": ENGINE, "NAME": str(path), "OPTIONS": dict(options)}
     return dict(connections.configure_settings({"default": entry})["default"])
@@ -61,7 +61,7 @@ def open_database(django_db_blocker: Any) -> Iterator[Callable[..., BaseDatabase
     receiver. Not the suite's own connection: a wrapper of its own, closed afterwards."""
     opened: list[BaseDatabaseWrapper] = []
 
-    def open_(path: Path, options: dict[str, Any]) -> BaseDatabaseWrapper:
+    def open_(path: Path | str, options: dict[str, Any]) -> BaseDatabaseWrapper:
         backend = load_backend(ENGINE)
         wrapper: BaseDatabaseWrapper = backend.DatabaseWrapper(
             alias_settings(path, options), "default"
@@ -137,6 +137,18 @@ def test_an_existing_database_with_tables_is_not_vacuumed(tmp_path, open_databas
     wrapper = open_database(path, OPTIONS["WAL alone"])
     assert read(wrapper, "auto_vacuum") == 0
     assert wrapper.connection.execute("SELECT count(*) FROM pad").fetchone()[0] == 1
+
+
+def test_a_read_only_connection_to_a_new_database_still_opens(tmp_path, open_database):
+    """The VACUUM that applies auto_vacuum cannot run on a read-only connection: it is
+    skipped, and the next writable connection applies it."""
+    path = tmp_path / "new.sqlite3"
+    with sqlite3.connect(path) as plain:
+        plain.execute("PRAGMA journal_mode = WAL")  # the header, and no table
+    plain.close()
+    reader = open_database(f"file:{path}?mode=ro", OPTIONS["WAL alone"])
+    assert read(reader, "auto_vacuum") == 0
+    assert read(open_database(path, OPTIONS["WAL alone"]), "auto_vacuum") == 2
 
 
 def test_the_wal_file_shrinks_to_the_limit_after_a_burst(tmp_path, open_database):

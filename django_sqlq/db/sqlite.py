@@ -3,7 +3,9 @@ connection set-up (WAL, busy timeout, BEGIN IMMEDIATE) and in keeping writes sho
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -116,7 +118,10 @@ def _set_auto_vacuum(raw: Any, value: str | int) -> None:
         return
     raw.execute(f"PRAGMA auto_vacuum = {_pragma_value(value)}")
     if _auto_vacuum_settable(raw, value) and not raw.in_transaction:
-        raw.execute("VACUUM")
+        # A read-only connection, or a lock past the busy timeout: the connection is still
+        # good, and the next one tries again while the database is empty.
+        with contextlib.suppress(sqlite3.DatabaseError):
+            raw.execute("VACUUM")
 
 
 def _auto_vacuum_settable(raw: Any, value: str | int) -> bool:
