@@ -5,6 +5,8 @@
 - E003: the queue database's engine is not supported.
 - E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
 - W001: the SQLite queue database is not in WAL mode.
+- W002: the SQLite queue database has no ``auto_vacuum = INCREMENTAL`` (created before
+  this release): pruned jobs' pages are reused, but the file never shrinks.
 - E010: ``SQLQ["DATABASE"]`` is not ``"default"`` and no database router sends django_sqlq's
   models there.
 - E011: ``SQLQ["DATABASE"]`` is not ``"default"`` and the routers do not migrate django_sqlq
@@ -19,12 +21,12 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from django_sqlq.exceptions import ConfigurationError
 
@@ -187,7 +189,12 @@ def check_database(
     if conf.DATABASE not in databases or conf.DATABASE not in connections.settings:
         return []
     if vendor(conf.DATABASE) == "sqlite":
-        return _check_wal(conf.DATABASE)
+        try:
+            return _check_wal(conf.DATABASE) + _check_auto_vacuum(
+                conf.DATABASE, conf.SQLITE_PRAGMAS
+            )
+        except DatabaseError:
+            return []  # unreachable: the command that needs the database says so
     if conf.LISTEN_DATABASE is not None and not _check_listen_alias(
         conf.DATABASE, conf.LISTEN_DATABASE
     ):
@@ -236,3 +243,31 @@ def _check_wal(alias: str) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_auto_vacuum(alias: str, pragmas: Mapping[str, str | int]) -> list[CheckMessage]:
+    """A database created before django_sqlq set ``auto_vacuum`` (or before it did so under
+    an ``init_command`` that sets WAL) keeps ``auto_vacuum = NONE``: only a VACUUM of the
+    whole file changes that, which django_sqlq never runs on a database with data."""
+    from django_sqlq.db.sqlite import AUTO_VACUUM_MODES, pragma
+
+    connection = connections[alias]
+    name = str(connection.settings_dict["NAME"])
+    wanted = AUTO_VACUUM_MODES.get(str(pragmas.get("auto_vacuum", "")).lower())
+    if wanted != 2 or name in ("", ":memory:") or "mode=memory" in name:
+        return []  # the project chose another mode (or none) in SQLQ["SQLITE_PRAGMAS"]
+    mode = int(pragma(connection, "auto_vacuum") or 0)
+    if mode == wanted:
+        return []
+    return [
+        Warning(
+            f"The SQLite queue database {alias!r} has auto_vacuum = "
+            f"{('NONE', 'FULL')[mode] if mode in (0, 1) else mode}, not INCREMENTAL: the "
+            "pages of pruned jobs are reused, but the file never shrinks.",
+            hint="Convert it once, with the workers stopped (it rewrites the file and needs "
+            f"as much free disk as it takes): run `python manage.py dbshell --database {alias}`"
+            ", then `PRAGMA auto_vacuum = INCREMENTAL; VACUUM;` at the sqlite> prompt. See "
+            "'SQLite: giving the space back' in the retention how-to.",
+            id="django_sqlq.W002",
+        )
+    ]

@@ -3,10 +3,12 @@
 
 ``SQLQ_TEST_QUEUE_DB``: the queue database's file (SQLite) or name (PostgreSQL).
 ``SQLQ_TEST_QUEUE_ROUTER=0``: no database router (what the system check must catch).
+``SQLQ_TEST_QUEUE_OPTIONS``: the queue database's ``OPTIONS``, as JSON (an ``init_command``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 from tests.settings import *  # noqa: F403
@@ -17,6 +19,9 @@ if ENGINE == "sqlite":
 else:
     _queue = {**DATABASES["default"], "NAME": os.environ["SQLQ_TEST_QUEUE_DB"]}
     _queue.pop("TEST", None)
+
+if os.environ.get("SQLQ_TEST_QUEUE_OPTIONS"):
+    _queue["OPTIONS"] = json.loads(os.environ["SQLQ_TEST_QUEUE_OPTIONS"])
 
 DATABASES = {**DATABASES, "queue": _queue}
 SQLQ = {**SQLQ, "DATABASE": "queue"}

@@ -3,7 +3,9 @@ connection set-up (WAL, busy timeout, BEGIN IMMEDIATE) and in keeping writes sho
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -92,7 +94,8 @@ def configure(connection: BaseDatabaseWrapper) -> None:
             continue
         if "mode=memory" in str(connection.settings_dict["NAME"]):
             continue
-        if str(name) == "auto_vacuum" and not _auto_vacuum_settable(raw, value):
+        if str(name) == "auto_vacuum":
+            _set_auto_vacuum(raw, value)
             continue
         raw.execute(f"PRAGMA {name} = {_pragma_value(value)}")
     if getattr(connection, "transaction_mode", "unset") is None:
@@ -102,11 +105,30 @@ def configure(connection: BaseDatabaseWrapper) -> None:
 AUTO_VACUUM_MODES = {"none": 0, "0": 0, "full": 1, "1": 1, "incremental": 2, "2": 2}
 
 
+def _set_auto_vacuum(raw: Any, value: str | int) -> None:
+    """Give a database that has no table yet the ``auto_vacuum`` mode ``value``.
+
+    On a new, empty file the PRAGMA alone does it. But Django runs the project's
+    ``OPTIONS["init_command"]`` before this receiver, and its usual ``PRAGMA journal_mode =
+    WAL`` writes the file's header: from then on the PRAGMA is only remembered for the next
+    VACUUM. With no table there is nothing to copy, so that VACUUM is instant; it runs only
+    on a database without tables, outside a transaction. A database with tables is left as
+    it is (converting it rewrites the file: the check django_sqlq.W002 says how)."""
+    if str(value).lower() not in AUTO_VACUUM_MODES or not _auto_vacuum_settable(raw, value):
+        return
+    raw.execute(f"PRAGMA auto_vacuum = {_pragma_value(value)}")
+    if _auto_vacuum_settable(raw, value) and not raw.in_transaction:
+        # A read-only connection, or a lock past the busy timeout: the connection is still
+        # good, and the next one tries again while the database is empty.
+        with contextlib.suppress(sqlite3.DatabaseError):
+            raw.execute("VACUUM")
+
+
 def _auto_vacuum_settable(raw: Any, value: str | int) -> bool:
-    """Whether to send ``PRAGMA auto_vacuum``: only to a database that has no table yet,
-    whose mode differs. Setting it takes the write lock even when the mode is already
-    that value (on every new connection, it would wait for, or fail on, any writer's
-    transaction), and on a database with tables it changes nothing until a VACUUM."""
+    """Whether to set ``auto_vacuum``: only on a database that has no table yet, whose mode
+    differs. Setting it takes the write lock even when the mode is already that value (on
+    every new connection, it would wait for, or fail on, any writer's transaction), and on a
+    database with tables it changes nothing until a VACUUM of all its data."""
     wanted = AUTO_VACUUM_MODES.get(str(value).lower())
     if raw.execute("PRAGMA auto_vacuum").fetchone()[0] == wanted:
         return False
