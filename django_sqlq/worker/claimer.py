@@ -60,6 +60,7 @@ class Claimer:
         staging = worker.staging
         failures = 0
         last_claim = 0.0
+        quiet_since = time.monotonic()  # since when claims found nothing while nothing ran
         queue_may_have_more = True
         changes = ChangeWatch(worker)
         control = worker.queue_control
@@ -107,6 +108,8 @@ class Claimer:
                     continue
                 last_claim = time.monotonic()
                 queue_may_have_more = len(claimed) == limit or control.full()
+                if claimed or not idle:
+                    quiet_since = last_claim
                 if claimed:
                     control.claimed(job.queue for job in claimed)
                     worker.held.add(job.id for job in claimed)
@@ -119,6 +122,7 @@ class Claimer:
                     continue
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
+                worker.tidier.quiet(last_claim - quiet_since, worker.poll_interval)
             completer.flush(idle=pool.busy == 0)
             self.give_back_waiting()
             self.summary.log()
