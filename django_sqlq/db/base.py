@@ -539,31 +539,22 @@ class QueueOps:
                 found.update({row[0]: (str(row[1]), row[2]) for row in cursor.fetchall()})
         return found
 
-    def chain_last_step(self, root: int) -> int | None:
-        """The id of chain ``root``'s last step written so far (not locked: see
-        :meth:`mark_waited`); None when the chain has no job (never written, or pruned)."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM {self.table} WHERE chain_id = %(root)s "
-                f"ORDER BY chain_index DESC LIMIT 1",
-                {"root": root},
-            )
-            row = cursor.fetchone()
-            if row is None:  # a job that never continued: a chain of one
-                cursor.execute(f"SELECT id FROM {self.table} WHERE id = %(root)s", {"root": root})
-                row = cursor.fetchone()
-        return None if row is None else int(row[0])
-
-    def has_next_step(self, root: int, job_id: int) -> bool:
-        """Whether chain ``root`` has a step after the job ``job_id``."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT 1 FROM {self.table} WHERE chain_id = %(root)s AND chain_index > "
-                f"COALESCE((SELECT chain_index FROM {self.table} WHERE id = %(job)s), 0) "
-                f"LIMIT 1",
-                {"root": root, "job": job_id},
-            )
-            return cursor.fetchone() is not None
+    def chain_last_steps(self, roots: Sequence[int]) -> dict[int, int]:
+        """{root: id of its last step written so far} for the chains ``roots`` that have
+        more than their first job (a chain's steps are written one after another, so its
+        last step has its highest id). Not locked: see :meth:`mark_waited`. One statement
+        per chunk of roots, on the chains' index."""
+        lasts: dict[int, int] = {}
+        ids = sorted(set(roots))
+        for start in range(0, len(ids), IN_CHUNK):
+            in_sql, params = self.in_list_sql("chain_id", ids[start : start + IN_CHUNK], "roots")
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT chain_id, MAX(id) FROM {self.table} WHERE {in_sql} GROUP BY chain_id",
+                    params,
+                )
+                lasts.update((int(row[0]), int(row[1])) for row in cursor.fetchall())
+        return lasts
 
     def add_blockers(
         self,
