@@ -1,0 +1,315 @@
+"""Docs that cannot rot: the Python blocks of the quick start and of some how-tos, run the way a
+reader runs them, in a new project on the suite's engine.
+
+Each page gets a project made by ``startproject mysite`` and ``startapp shop`` (made once and
+copied), with the quick start's files (the how-tos build on its ``shop`` app), then the page's
+blocks written where their first lines say, then the commands the page shows (``migrate``, a
+worker in ``--burst``, ``pytest`` for the tests a page shows), in subprocesses, and checks
+that the jobs completed. The markdown says, in each block's first line (docs/quickstart.md
+tells the reader):
+
+- ``# <path>`` (``# shop/jobs.py``, ``# mysite/urls.py``, ``# pytest.ini``): that file. The
+  first block of a page that names a file is the whole file; later ones on the same page are
+  added to its end. ``# settings.py`` always goes at the end of the project's settings.
+  ``# settings.py (Django < 6.1)``: only on those versions.
+- ``# manage.py shell``: run with ``python manage.py shell -c``.
+- ``# fragment...``: a piece to adapt, not run.
+
+Every Python block of a page in PAGES is one of these (test_every_python_block_says_what_it_is).
+What the test adds to a project, after the page's settings: the database (a new one on the
+suite's engine), and ``shop`` in INSTALLED_APPS (the quick start says to add it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import django
+import pytest
+
+from tests.conftest import ROOT, pg_params
+
+DOCS = ROOT / "docs"
+PAGES = [
+    "quickstart.md",
+    "howto/testing.md",
+    "howto/recurring-jobs.md",
+    "howto/sqlite-to-postgresql.md",
+    "howto/unique-jobs.md",
+    "howto/chains.md",
+    "howto/observability.md",
+]
+# A fence, possibly indented (inside a list item): its info string and its text.
+FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+FILE_LINE = re.compile(r"#\s*(?P<path>[\w./-]+\.(?:py|ini))(?:\s*\(Django < (?P<below>[\d.]+)\))?$")
+SHELL_LINE = "# manage.py shell"
+FRAGMENT_LINE = re.compile(r"#\s*fragment\b")
+
+
+@dataclass
+class Block:
+    page: str
+    line: int  # in the markdown
+    language: str
+    code: str
+
+    @property
+    def first(self) -> str:
+        return self.code.splitlines()[0].strip() if self.code.strip() else ""
+
+    @property
+    def kind(self) -> str:
+        """"file", "shell", "fragment" or "" (none of these: an error on a tested page)."""
+        if FILE_LINE.fullmatch(self.first):
+            return "file"
+        if self.first == SHELL_LINE:
+            return "shell"
+        if FRAGMENT_LINE.match(self.first):
+            return "fragment"
+        return ""
+
+    @property
+    def path(self) -> str:
+        match = FILE_LINE.fullmatch(self.first)
+        assert match
+        return match.group("path")
+
+    @property
+    def applies(self) -> bool:
+        """False for a ``(Django < X.Y)`` block on a newer Django."""
+        match = FILE_LINE.fullmatch(self.first)
+        below = match and match.group("below")
+        if not below:
+            return True
+        return django.VERSION[:2] < tuple(int(part) for part in below.split("."))
+
+
+def blocks(page: str) -> list[Block]:
+    text = (DOCS / page).read_text()
+    found = []
+    for match in FENCE.finditer(text):
+        indent, language, code = match.groups()
+        found.append(
+            Block(
+                page=page,
+                line=text[: match.start()].count("\n") + 1,
+                language=language,
+                code=textwrap.dedent(code) if indent else code,
+            )
+        )
+    return found
+
+
+def python_blocks(page: str) -> list[Block]:
+    return [block for block in blocks(page) if block.language == "python"]
+
+
+def test_every_python_block_says_what_it_is() -> None:
+    unmarked = [
+        f"docs/{block.page}:{block.line}: {block.first!r}"
+        for page in PAGES
+        for block in python_blocks(page)
+        if not block.kind
+    ]
+    assert not unmarked, (
+        "Python blocks whose first line is not '# <file>', '# manage.py shell' or "
+        "'# fragment...':\n" + "\n".join(unmarked)
+    )
+
+
+def test_the_quickstart_blocks_are_the_files_it_names() -> None:
+    assert [block.first for block in python_blocks("quickstart.md")] == [
+        "# settings.py",
+        "# settings.py (Django < 6.1)",
+        "# shop/models.py",
+        "# shop/jobs.py",
+        "# shop/views.py",
+    ]
+
+
+# -- the project -----------------------------------------------------------------------------
+
+
+@dataclass
+class Project:
+    root: Path
+    env: dict[str, str]
+    written: set[str] = field(default_factory=set)
+
+    @property
+    def settings(self) -> Path:
+        return self.root / "mysite" / "settings.py"
+
+    def run(self, *args: str, check: bool = True) -> str:
+        """Run ``python ARGS`` in the project; its stdout and stderr."""
+        done = subprocess.run(
+            [sys.executable, *args],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        output = done.stdout + done.stderr
+        if check:
+            assert done.returncode == 0, f"{args} failed:\n{output}"
+        return output
+
+    def manage(self, *args: str) -> str:
+        return self.run("manage.py", *args)
+
+    def shell(self, code: str) -> str:
+        return self.manage("shell", "-v", "0", "-c", code)
+
+    def pytest(self) -> str:
+        return self.run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error")
+
+    def add_settings(self, code: str) -> None:
+        self.settings.write_text(self.settings.read_text() + "\n" + code + "\n")
+
+    def apply(self, page: str) -> None:
+        """Write the page's file blocks and run its shell blocks, in the page's order."""
+        self.written = set()
+        for block in blocks(page):
+            if block.kind == "shell":
+                self.shell(block.code)
+            elif block.kind == "file" and block.applies:
+                self.write(block.path, block.code)
+
+    def write(self, path: str, code: str) -> None:
+        if path == "settings.py":
+            self.add_settings(code)
+            return
+        target = self.root / path
+        if path in self.written:
+            code = target.read_text() + "\n\n" + code
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(code)
+        self.written.add(path)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``startproject mysite`` and ``startapp shop``, once for the module."""
+    root = tmp_path_factory.mktemp("docs") / "site"
+    root.mkdir()
+    project = Project(root, reader_env())
+    project.run("-m", "django", "startproject", "mysite", ".")
+    project.manage("startapp", "shop")
+    project.add_settings('INSTALLED_APPS += ["shop"]')
+    (root / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = mysite.settings\n")
+    return root
+
+
+def reader_env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "SQLQ_", "PYTEST_", "COV_CORE_"))
+    }
+    env["PYTHONPATH"] = str(ROOT)  # django_sqlq from this checkout
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def database_settings(engine: str, name: str, alias: str = "default") -> str:
+    """Settings lines that point ``alias`` at the database ``name`` on the suite's engine."""
+    if engine == "sqlite":
+        entry = {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
+    else:
+        params = pg_params()
+        entry = {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": name,
+            "HOST": params.get("host", ""),
+            "PORT": str(params.get("port", "")),
+            "USER": params.get("user", ""),
+            "PASSWORD": params.get("password", ""),
+        }
+    return f"DATABASES[{alias!r}] = {entry!r}"
+
+
+@pytest.fixture
+def project(template: Path, tmp_path: Path) -> Iterator[Project]:
+    root = tmp_path / "site"
+    shutil.copytree(template, root)
+    yield Project(root, reader_env())
+
+
+def on_test_database(project: Project, engine: str, database: str) -> None:
+    project.add_settings("# The docs tests' database\n" + database_settings(engine, database))
+
+
+def start(project: Project, page: str, engine: str, database: str) -> None:
+    """The quick start's project, then ``page``'s blocks, on a new database, migrated."""
+    project.apply("quickstart.md")
+    if page != "quickstart.md":
+        project.apply(page)
+    on_test_database(project, engine, database)
+    project.manage("makemigrations", "shop", "-v", "0")
+    project.manage("migrate", "-v", "0")
+
+
+JOBS = "from django_sqlq.models import Job\nprint(sorted((j.type, j.status) for j in Job.objects.all()))"
+
+
+# -- the pages -------------------------------------------------------------------------------
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_quickstart(project: Project, engine: str, fresh_database: str) -> None:
+    start(project, "quickstart.md", engine, fresh_database)
+    project.manage("check", "--fail-level", "WARNING")
+    # Step 3: the view places an order and enqueues its confirmation.
+    out = project.shell(
+        "from django.test import RequestFactory\n"
+        "from shop.views import place_order\n"
+        "request = RequestFactory().post('/', {'email': 'ada@example.com', 'item': 'teapot'})\n"
+        "print(place_order(request).status_code)\n"
+        "from django_sqlq.models import Job\n"
+        "print([(j.type, j.queue, j.status) for j in Job.objects.all()])\n"
+    )
+    assert out.splitlines() == ["201", "[('shop.send_order_confirmation', 'emails', 'pending')]"]
+    # Step 4: a worker, as the page runs it; the console mail backend prints the email.
+    out = project.manage("sqlq_worker", "--burst")
+    assert "Subject: Your order" in out
+    assert "To: ada@example.com" in out
+    out = project.shell(
+        "from django_sqlq.models import Job\n"
+        "from shop.models import Order\n"
+        "job = Job.objects.get()\n"
+        "print(job.status, job.result, job.attempts)\n"
+        "print(Order.objects.get().confirmation_sent_at is not None)\n"
+    )
+    assert out.splitlines() == ["completed {'sent_to': 'ada@example.com'} 1", "True"]
+
+
+def test_testing(project: Project, engine: str, fresh_database: str) -> None:
+    start(project, "howto/testing.md", engine, fresh_database)
+    out = project.pytest()
+    assert re.search(r"\b7 passed\b", out), out
+
+
+def test_recurring_jobs(project: Project, engine: str, fresh_database: str) -> None:
+    start(project, "howto/recurring-jobs.md", engine, fresh_database)
+    out = project.manage("sqlq_worker", "--burst")
+    # Every schedule the page declares, @recurring in shop/tasks.py included.
+    for line in [
+        "Schedule nightly-report: reports.nightly cron='0 3 * * *' tz=Europe/Paris",
+        "Schedule cache.refresh: cache.refresh cron='*/5 * * * *' tz=UTC",
+        "Schedule weekly-report: reports.weekly cron='0 6 * * MON' tz=Europe/Paris",
+        "Schedule purge-carts: shop.tasks.purge_carts cron='30 4 * * *'",
+        "Schedule shop.tasks.purge_carts: shop.tasks.purge_carts cron='30 4 * * *'",
+    ]:
+        assert line in out, out
+    out = project.pytest()
+    assert re.search(r"\b1 passed\b", out), out
