@@ -313,3 +313,108 @@ def test_recurring_jobs(project: Project, engine: str, fresh_database: str) -> N
         assert line in out, out
     out = project.pytest()
     assert re.search(r"\b1 passed\b", out), out
+
+
+PLACE_ORDER = (
+    "from django.test import RequestFactory\n"
+    "from shop.views import place_order\n"
+    "request = RequestFactory().post('/', {{'email': '{email}', 'item': 'teapot'}})\n"
+    "assert place_order(request).status_code == 201\n"
+)
+
+
+def test_sqlite_to_postgresql(project: Project, engine: str, fresh_database: str) -> None:
+    """The quick start's project on its SQLite file, with a job waiting; then the page's
+    settings move the queue to a database of its own (on the suite's engine)."""
+    project.apply("quickstart.md")
+    project.manage("makemigrations", "shop", "-v", "0")
+    project.manage("migrate", "-v", "0")
+    project.shell(PLACE_ORDER.format(email="before@example.com"))
+
+    project.apply("howto/sqlite-to-postgresql.md")
+    project.add_settings(database_settings(engine, fresh_database, alias="queue"))
+    project.manage("migrate", "--database", "queue", "-v", "0")  # step 3
+    out = project.shell(
+        "from django.db import connections\n"
+        "print(sorted(connections['queue'].introspection.table_names()))\n"
+    )
+    assert out.strip() == str(
+        [
+            "django_migrations",
+            "sqlq_job",
+            "sqlq_job_blocker",
+            "sqlq_maintenance",
+            "sqlq_queue",
+            "sqlq_schedule_tick",
+            "sqlq_worker",
+        ]
+    )
+    project.shell(PLACE_ORDER.format(email="after@example.com"))  # step 4: to the new database
+    project.manage("sqlq_worker", "--burst")
+    project.manage("sqlq_worker", "--burst", "--database", "default")  # step 5: the old one
+    out = project.shell(
+        "from django_sqlq.models import Job\n"
+        "for alias in ('default', 'queue'):\n"
+        "    print(alias, [(j.result, j.status) for j in Job.objects.using(alias)])\n"
+    )
+    assert out.splitlines() == [
+        "default [({'sent_to': 'before@example.com'}, 'completed')]",
+        "queue [({'sent_to': 'after@example.com'}, 'completed')]",
+    ]
+
+
+def test_unique_jobs(project: Project, engine: str, fresh_database: str) -> None:
+    """The page's shell blocks run in the order they come, after ``migrate``."""
+    project.apply("quickstart.md")
+    on_test_database(project, engine, fresh_database)
+    project.manage("makemigrations", "shop", "-v", "0")
+    project.manage("migrate", "-v", "0")
+    project.apply("howto/unique-jobs.md")
+    project.manage("check")  # the page's TASKS settings
+    out = project.shell(
+        "from django_sqlq.models import Job\n"
+        "print(sorted(Job.objects.values_list('unique_key', flat=True)))\n"
+    )
+    assert out.strip() == "['digest:7', 'invoice:42', 'invoice:43']"
+
+
+def test_chains(project: Project, engine: str, fresh_database: str) -> None:
+    start(project, "howto/chains.md", engine, fresh_database)
+    project.shell(  # "Start the chain as any job"
+        "from django_sqlq import enqueue\n"
+        "from shop.models import Order\n"
+        "order = Order.objects.create(customer_email='ada@example.com', item='teapot')\n"
+        "enqueue('shop.charge_order', {'order_id': order.pk})\n"
+    )
+    out = project.manage("sqlq_worker", "--burst")
+    assert "Subject: Your receipt" in out
+    out = project.shell(
+        JOBS + "\nfrom shop.models import Order\n"
+        "order = Order.objects.get()\n"
+        "print(order.paid_at is not None, order.shipped_at is not None)\n"
+    )
+    assert out.splitlines() == [
+        "[('shop.charge_order', 'completed'), ('shop.email_receipt', 'completed'), "
+        "('shop.ship_order', 'completed')]",
+        "True True",
+    ]
+    out = project.pytest()
+    assert re.search(r"\b1 passed\b", out), out
+
+
+def test_observability(project: Project, engine: str, fresh_database: str) -> None:
+    """Without SQLQ_METRICS_TOKEN in the environment the project starts (staff only); with
+    it, a scraper that sends it is let in."""
+    start(project, "howto/observability.md", engine, fresh_database)
+    request = (
+        "from django.test import Client\n"
+        "client = Client(HTTP_HOST='localhost')\n"  # startproject's ALLOWED_HOSTS (DEBUG)
+        "bearer = {'Authorization': 'Bearer a-token-of-16-characters'}\n"
+        "print('status', client.get('/sqlq/metrics').status_code,"
+        " client.get('/sqlq/metrics', headers=bearer).status_code)\n"
+    )
+    status = re.compile(r"^status (\d+) (\d+)$", re.MULTILINE)
+    assert status.findall(project.shell(request)) == [("403", "403")]
+    project.env["SQLQ_METRICS_TOKEN"] = "a-token-of-16-characters"
+    [(anonymous, scraper)] = status.findall(project.shell(request))
+    assert (anonymous, scraper) == ("403", "200")
