@@ -22,15 +22,18 @@ suite's engine), and ``shop`` in INSTALLED_APPS (the quick start says to add it)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import django
 import pytest
@@ -49,7 +52,9 @@ PAGES = [
 ]
 # A fence, possibly indented (inside a list item): its info string and its text.
 FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
-FILE_LINE = re.compile(r"#\s*(?P<path>[\w./-]+\.(?:py|ini))(?:\s*\(Django < (?P<below>[\d.]+)\))?$")
+FILE_LINE = re.compile(
+    r"#\s*(?P<path>[\w./-]+\.(?:py|ini))(?:\s*\(Django < (?P<below>[\d.]+)\))?$"
+)
 SHELL_LINE = "# manage.py shell"
 FRAGMENT_LINE = re.compile(r"#\s*fragment\b")
 
@@ -67,7 +72,7 @@ class Block:
 
     @property
     def kind(self) -> str:
-        """"file", "shell", "fragment" or "" (none of these: an error on a tested page)."""
+        """ "file", "shell", "fragment" or "" (none of these: an error on a tested page)."""
         if FILE_LINE.fullmatch(self.first):
             return "file"
         if self.first == SHELL_LINE:
@@ -142,13 +147,15 @@ def test_the_quickstart_blocks_are_the_files_it_names() -> None:
 class Project:
     root: Path
     env: dict[str, str]
+    engine: str
+    database: str  # the test database: a file (SQLite) or a name (PostgreSQL)
     written: set[str] = field(default_factory=set)
 
     @property
     def settings(self) -> Path:
         return self.root / "mysite" / "settings.py"
 
-    def run(self, *args: str, check: bool = True) -> str:
+    def run(self, *args: str) -> str:
         """Run ``python ARGS`` in the project; its stdout and stderr."""
         done = subprocess.run(
             [sys.executable, *args],
@@ -159,8 +166,7 @@ class Project:
             timeout=120,
         )
         output = done.stdout + done.stderr
-        if check:
-            assert done.returncode == 0, f"{args} failed:\n{output}"
+        assert done.returncode == 0, f"{args} failed:\n{output}"
         return output
 
     def manage(self, *args: str) -> str:
@@ -175,14 +181,17 @@ class Project:
     def add_settings(self, code: str) -> None:
         self.settings.write_text(self.settings.read_text() + "\n" + code + "\n")
 
-    def apply(self, page: str) -> None:
-        """Write the page's file blocks and run its shell blocks, in the page's order."""
+    def write_files(self, page: str) -> None:
+        """Write the page's file blocks, in the page's order."""
         self.written = set()
         for block in blocks(page):
-            if block.kind == "shell":
-                self.shell(block.code)
-            elif block.kind == "file" and block.applies:
+            if block.kind == "file" and block.applies:
                 self.write(block.path, block.code)
+
+    def run_shell_blocks(self, page: str) -> str:
+        """The page's ``# manage.py shell`` blocks, in one session, as a reader pastes them."""
+        code = "\n".join(block.code for block in blocks(page) if block.kind == "shell")
+        return self.shell(code) if code else ""
 
     def write(self, path: str, code: str) -> None:
         if path == "settings.py":
@@ -195,18 +204,32 @@ class Project:
         target.write_text(code)
         self.written.add(path)
 
+    def start(self, page: str) -> None:
+        """The page's files on the quick start's project, on the test database, migrated
+        (makemigrations first when the page changes the models); then its shell blocks."""
+        if page != "quickstart.md":  # the template has the quick start's files
+            self.write_files(page)
+        self.add_settings(
+            "# The docs tests' database\n" + database_settings(self.engine, self.database)
+        )
+        if "shop/models.py" in self.written:
+            self.manage("makemigrations", "shop", "-v", "0")
+        self.manage("migrate", "-v", "0")
+        self.run_shell_blocks(page)
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``startproject mysite`` and ``startapp shop``, once for the module."""
-    root = tmp_path_factory.mktemp("docs") / "site"
-    root.mkdir()
-    project = Project(root, reader_env())
-    project.run("-m", "django", "startproject", "mysite", ".")
-    project.manage("startapp", "shop")
-    project.add_settings('INSTALLED_APPS += ["shop"]')
-    (root / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = mysite.settings\n")
-    return root
+    def rows(self, sql: str, *, sqlite_file: Path | None = None) -> list[tuple[Any, ...]]:
+        """``sql``'s rows, read in this process from the test database (or a SQLite file)."""
+        if sqlite_file is not None or self.engine == "sqlite":
+            with closing(sqlite3.connect(sqlite_file or self.database)) as conn:
+                return conn.execute(sql).fetchall()
+        import psycopg
+
+        with psycopg.connect(dbname=self.database, **pg_params()) as conn:
+            return conn.execute(sql).fetchall()
+
+    def jobs(self, **kwargs: Any) -> list[tuple[Any, ...]]:
+        """(type, status) of every job, by type."""
+        return self.rows("SELECT type, status FROM sqlq_job ORDER BY type, id", **kwargs)
 
 
 def reader_env() -> dict[str, str]:
@@ -237,70 +260,70 @@ def database_settings(engine: str, name: str, alias: str = "default") -> str:
     return f"DATABASES[{alias!r}] = {entry!r}"
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``startproject mysite``, ``startapp shop`` and the quick start's files with their
+    migration, once for the module: what every page builds on."""
+    root = tmp_path_factory.mktemp("docs") / "site"
+    root.mkdir()
+    project = Project(root, reader_env(), engine="sqlite", database="")
+    project.run("-m", "django", "startproject", "mysite", ".")
+    project.manage("startapp", "shop")
+    project.add_settings('INSTALLED_APPS += ["shop"]  # the quick start\'s app')
+    (root / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = mysite.settings\n")
+    project.write_files("quickstart.md")
+    project.manage("makemigrations", "shop", "-v", "0")
+    return root
+
+
 @pytest.fixture
-def project(template: Path, tmp_path: Path) -> Iterator[Project]:
+def project(template: Path, tmp_path: Path, engine: str, fresh_database: str) -> Project:
     root = tmp_path / "site"
     shutil.copytree(template, root)
-    yield Project(root, reader_env())
-
-
-def on_test_database(project: Project, engine: str, database: str) -> None:
-    project.add_settings("# The docs tests' database\n" + database_settings(engine, database))
-
-
-def start(project: Project, page: str, engine: str, database: str) -> None:
-    """The quick start's project, then ``page``'s blocks, on a new database, migrated."""
-    project.apply("quickstart.md")
-    if page != "quickstart.md":
-        project.apply(page)
-    on_test_database(project, engine, database)
-    project.manage("makemigrations", "shop", "-v", "0")
-    project.manage("migrate", "-v", "0")
-
-
-JOBS = "from django_sqlq.models import Job\nprint(sorted((j.type, j.status) for j in Job.objects.all()))"
+    return Project(root, reader_env(), engine=engine, database=fresh_database)
 
 
 # -- the pages -------------------------------------------------------------------------------
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # fresh_database, on the suite's server
+
+PLACE_ORDER = (
+    "from django.test import RequestFactory\n"
+    "from shop.views import place_order\n"
+    "request = RequestFactory().post('/', {{'email': '{email}', 'item': 'teapot'}})\n"
+    "print(place_order(request).status_code)\n"
+)
 
 
-def test_quickstart(project: Project, engine: str, fresh_database: str) -> None:
-    start(project, "quickstart.md", engine, fresh_database)
+def test_quickstart(project: Project) -> None:
+    project.start("quickstart.md")
     project.manage("check", "--fail-level", "WARNING")
     # Step 3: the view places an order and enqueues its confirmation.
-    out = project.shell(
-        "from django.test import RequestFactory\n"
-        "from shop.views import place_order\n"
-        "request = RequestFactory().post('/', {'email': 'ada@example.com', 'item': 'teapot'})\n"
-        "print(place_order(request).status_code)\n"
-        "from django_sqlq.models import Job\n"
-        "print([(j.type, j.queue, j.status) for j in Job.objects.all()])\n"
-    )
-    assert out.splitlines() == ["201", "[('shop.send_order_confirmation', 'emails', 'pending')]"]
+    assert project.shell(PLACE_ORDER.format(email="ada@example.com")).strip() == "201"
+    assert project.rows("SELECT type, queue, status FROM sqlq_job") == [
+        ("shop.send_order_confirmation", "emails", "pending")
+    ]
     # Step 4: a worker, as the page runs it; the console mail backend prints the email.
     out = project.manage("sqlq_worker", "--burst")
     assert "Subject: Your order" in out
     assert "To: ada@example.com" in out
-    out = project.shell(
-        "from django_sqlq.models import Job\n"
-        "from shop.models import Order\n"
-        "job = Job.objects.get()\n"
-        "print(job.status, job.result, job.attempts)\n"
-        "print(Order.objects.get().confirmation_sent_at is not None)\n"
+    [(status, result, attempts)] = project.rows("SELECT status, result, attempts FROM sqlq_job")
+    assert (status, json.loads(result) if isinstance(result, str) else result, attempts) == (
+        "completed",
+        {"sent_to": "ada@example.com"},
+        1,
     )
-    assert out.splitlines() == ["completed {'sent_to': 'ada@example.com'} 1", "True"]
+    assert project.rows("SELECT confirmation_sent_at IS NOT NULL FROM shop_order") == [(True,)]
 
 
-def test_testing(project: Project, engine: str, fresh_database: str) -> None:
-    start(project, "howto/testing.md", engine, fresh_database)
+def test_testing(project: Project) -> None:
+    project.start("howto/testing.md")
     out = project.pytest()
     assert re.search(r"\b7 passed\b", out), out
 
 
-def test_recurring_jobs(project: Project, engine: str, fresh_database: str) -> None:
-    start(project, "howto/recurring-jobs.md", engine, fresh_database)
+def test_recurring_jobs(project: Project) -> None:
+    project.start("howto/recurring-jobs.md")
     out = project.manage("sqlq_worker", "--burst")
     # Every schedule the page declares, @recurring in shop/tasks.py included.
     for line in [
@@ -315,71 +338,47 @@ def test_recurring_jobs(project: Project, engine: str, fresh_database: str) -> N
     assert re.search(r"\b1 passed\b", out), out
 
 
-PLACE_ORDER = (
-    "from django.test import RequestFactory\n"
-    "from shop.views import place_order\n"
-    "request = RequestFactory().post('/', {{'email': '{email}', 'item': 'teapot'}})\n"
-    "assert place_order(request).status_code == 201\n"
-)
-
-
-def test_sqlite_to_postgresql(project: Project, engine: str, fresh_database: str) -> None:
+def test_sqlite_to_postgresql(project: Project) -> None:
     """The quick start's project on its SQLite file, with a job waiting; then the page's
-    settings move the queue to a database of its own (on the suite's engine)."""
-    project.apply("quickstart.md")
-    project.manage("makemigrations", "shop", "-v", "0")
+    settings move the queue to a database of its own (the test database)."""
+    old = project.root / "db.sqlite3"  # startproject's
     project.manage("migrate", "-v", "0")
     project.shell(PLACE_ORDER.format(email="before@example.com"))
 
-    project.apply("howto/sqlite-to-postgresql.md")
-    project.add_settings(database_settings(engine, fresh_database, alias="queue"))
+    project.write_files("howto/sqlite-to-postgresql.md")
+    project.add_settings(database_settings(project.engine, project.database, alias="queue"))
     project.manage("migrate", "--database", "queue", "-v", "0")  # step 3
-    out = project.shell(
-        "from django.db import connections\n"
-        "print(sorted(connections['queue'].introspection.table_names()))\n"
-    )
-    assert out.strip() == str(
-        [
-            "django_migrations",
-            "sqlq_job",
-            "sqlq_job_blocker",
-            "sqlq_maintenance",
-            "sqlq_queue",
-            "sqlq_schedule_tick",
-            "sqlq_worker",
-        ]
-    )
+    if project.engine == "sqlite":
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    else:
+        sql = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+    assert sorted(name for (name,) in project.rows(sql)) == [
+        "django_migrations",
+        "sqlq_job",
+        "sqlq_job_blocker",
+        "sqlq_maintenance",
+        "sqlq_queue",
+        "sqlq_schedule_tick",
+        "sqlq_worker",
+    ]
     project.shell(PLACE_ORDER.format(email="after@example.com"))  # step 4: to the new database
     project.manage("sqlq_worker", "--burst")
     project.manage("sqlq_worker", "--burst", "--database", "default")  # step 5: the old one
-    out = project.shell(
-        "from django_sqlq.models import Job\n"
-        "for alias in ('default', 'queue'):\n"
-        "    print(alias, [(j.result, j.status) for j in Job.objects.using(alias)])\n"
-    )
-    assert out.splitlines() == [
-        "default [({'sent_to': 'before@example.com'}, 'completed')]",
-        "queue [({'sent_to': 'after@example.com'}, 'completed')]",
-    ]
+    assert project.jobs(sqlite_file=old) == [("shop.send_order_confirmation", "completed")]
+    assert project.jobs() == [("shop.send_order_confirmation", "completed")]
+    emails = project.rows("SELECT customer_email FROM shop_order ORDER BY id", sqlite_file=old)
+    assert emails == [("before@example.com",), ("after@example.com",)]
 
 
-def test_unique_jobs(project: Project, engine: str, fresh_database: str) -> None:
-    """The page's shell blocks run in the order they come, after ``migrate``."""
-    project.apply("quickstart.md")
-    on_test_database(project, engine, fresh_database)
-    project.manage("makemigrations", "shop", "-v", "0")
-    project.manage("migrate", "-v", "0")
-    project.apply("howto/unique-jobs.md")
-    project.manage("check")  # the page's TASKS settings
-    out = project.shell(
-        "from django_sqlq.models import Job\n"
-        "print(sorted(Job.objects.values_list('unique_key', flat=True)))\n"
-    )
-    assert out.strip() == "['digest:7', 'invoice:42', 'invoice:43']"
+def test_unique_jobs(project: Project) -> None:
+    """The page's shell blocks run after ``migrate``, which checks its TASKS settings."""
+    project.start("howto/unique-jobs.md")
+    keys = project.rows("SELECT unique_key FROM sqlq_job ORDER BY unique_key")
+    assert keys == [("digest:7",), ("invoice:42",), ("invoice:43",)]
 
 
-def test_chains(project: Project, engine: str, fresh_database: str) -> None:
-    start(project, "howto/chains.md", engine, fresh_database)
+def test_chains(project: Project) -> None:
+    project.start("howto/chains.md")
     project.shell(  # "Start the chain as any job"
         "from django_sqlq import enqueue\n"
         "from shop.models import Order\n"
@@ -388,33 +387,27 @@ def test_chains(project: Project, engine: str, fresh_database: str) -> None:
     )
     out = project.manage("sqlq_worker", "--burst")
     assert "Subject: Your receipt" in out
-    out = project.shell(
-        JOBS + "\nfrom shop.models import Order\n"
-        "order = Order.objects.get()\n"
-        "print(order.paid_at is not None, order.shipped_at is not None)\n"
-    )
-    assert out.splitlines() == [
-        "[('shop.charge_order', 'completed'), ('shop.email_receipt', 'completed'), "
-        "('shop.ship_order', 'completed')]",
-        "True True",
+    assert project.jobs() == [
+        ("shop.charge_order", "completed"),
+        ("shop.email_receipt", "completed"),
+        ("shop.ship_order", "completed"),
     ]
+    sql = "SELECT paid_at IS NOT NULL, shipped_at IS NOT NULL FROM shop_order"
+    assert project.rows(sql) == [(True, True)]
     out = project.pytest()
     assert re.search(r"\b1 passed\b", out), out
 
 
-def test_observability(project: Project, engine: str, fresh_database: str) -> None:
-    """Without SQLQ_METRICS_TOKEN in the environment the project starts (staff only); with
-    it, a scraper that sends it is let in."""
-    start(project, "howto/observability.md", engine, fresh_database)
-    request = (
+def test_observability(project: Project) -> None:
+    """Without SQLQ_METRICS_TOKEN in the environment the project starts (``migrate`` loads
+    the settings); with it, a scraper that sends it is let in, and no one else."""
+    project.start("howto/observability.md")
+    project.env["SQLQ_METRICS_TOKEN"] = "a-token-of-16-characters"
+    out = project.shell(
         "from django.test import Client\n"
         "client = Client(HTTP_HOST='localhost')\n"  # startproject's ALLOWED_HOSTS (DEBUG)
         "bearer = {'Authorization': 'Bearer a-token-of-16-characters'}\n"
         "print('status', client.get('/sqlq/metrics').status_code,"
         " client.get('/sqlq/metrics', headers=bearer).status_code)\n"
     )
-    status = re.compile(r"^status (\d+) (\d+)$", re.MULTILINE)
-    assert status.findall(project.shell(request)) == [("403", "403")]
-    project.env["SQLQ_METRICS_TOKEN"] = "a-token-of-16-characters"
-    [(anonymous, scraper)] = status.findall(project.shell(request))
-    assert (anonymous, scraper) == ("403", "200")
+    assert re.findall(r"^status (\d+) (\d+)$", out, re.MULTILINE) == [("403", "200")]
