@@ -322,7 +322,15 @@ def unregister(name: str) -> None:
 
 
 def autodiscover() -> None:
-    """Import each installed app's ``jobs`` module, so its @handler functions register."""
+    """Import each installed app's ``jobs`` module, so its @handler functions register, and,
+    when Django's tasks framework is installed, its ``tasks`` module (where the framework's
+    docs put @task functions), so that the ``@recurring`` schedules above them are declared.
+    The framework itself imports a task's module only to run it: without this, a
+    ``@recurring`` in ``tasks.py`` would never reach the scheduler."""
     from django.utils.module_loading import autodiscover_modules
 
+    from django_sqlq import compat
+
     autodiscover_modules("jobs")
+    if compat.AVAILABLE:
+        autodiscover_modules("tasks")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError
 from django.utils import timezone
 
-from django_sqlq import schedules
+from django_sqlq import registry, schedules
 from django_sqlq.exceptions import SQLQError
 from django_sqlq.worker.maintenance.service import PeriodicService
 from django_sqlq.worker.retry import reset_connection
@@ -51,9 +51,11 @@ class Scheduler(PeriodicService):
         return now if timezone.is_aware(now) else timezone.make_aware(now)
 
     def prepare(self, *, active: bool = True) -> None:
-        """Load and check the declared schedules (once the apps' jobs.py are imported) and
-        log one line per schedule. Raises ConfigurationError naming a bad entry. Not
+        """Import the apps' jobs.py and tasks.py (as the worker does at start; a test that
+        calls this alone needs no import of its own), load and check the declared schedules
+        and log one line per schedule. Raises ConfigurationError naming a bad entry. Not
         ``active`` (a --burst worker): checked and logged, no tick enqueued."""
+        registry.autodiscover()
         self.active = active
         self.schedules = schedules.load()
         schedules.check_targets(self.schedules)
@@ -128,14 +130,17 @@ class Scheduler(PeriodicService):
                 continue
             self.enqueued += 1
             won.append((schedule.name, tick, job_id))
-            late = "" if tick >= self.watching_since else " (missed while no worker ran)"
-            logger.info(
+            missed = tick < self.watching_since
+            # A routine tick is a DEBUG line (-v 3): an every-second schedule would otherwise
+            # log a line a second. A missed tick run at start is rare and worth an INFO line.
+            logger.log(
+                logging.INFO if missed else logging.DEBUG,
                 "Worker %s: schedule %s: enqueued job %d for the tick of %s%s",
                 self.worker.worker_id,
                 schedule.name,
                 job_id,
                 tick.isoformat(),
-                late,
+                " (missed while no worker ran)" if missed else "",
             )
         if won:
             self.worker.wake()
