@@ -38,7 +38,7 @@ import time
 os.environ.setdefault("BENCH_PG_PREFIX", "bench_sbs_")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common
-from runner import DEFAULT_DRAIN_N, fmt, fmt_ratio, machine, step
+from runner import DEFAULT_DRAIN_N, fmt, fmt_pct, fmt_ratio, machine, step
 
 FLOOR = "baseline-b100"
 ENGINE = {"sqlite": "SQLite", "pg": "PostgreSQL"}
@@ -149,7 +149,7 @@ def report(results):
             cells = " | ".join(fmt(x) for x in rates[key])
             lines.append(
                 f"| {ENGINE[db]} | {name[key]} | {cells} | {fmt(medians[key])} "
-                f"| {fmt_ratio(median(per_floor))} |"
+                f"| {fmt_pct(median(per_floor))} |"
             )
         paired = [ratio(y, x) for x, y in zip(rates[a["key"]], rates[b["key"]], strict=True)]
         lines.append(
