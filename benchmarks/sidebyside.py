@@ -138,7 +138,7 @@ def report(results):
         "first `started_at` to the last `completed_at`. Floor: b100 (raw SQL, 100-row "
         f"`UPDATE ... RETURNING` claims), {results['floor_n']:,} jobs, in each round.",
         "",
-        f"| engine | code | {head} | median | median ÷ floor |",
+        f"| engine | code | {head} | median | ÷ floor (median of the rounds) |",
         "|---|---|" + "---|" * rounds + "---|---|",
     ]
     for db, runs in results["engines"].items():
