@@ -153,6 +153,14 @@ class PostgreSQLOps(QueueOps):
     def skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED"
 
+    def unindexed(self, column: str) -> str:
+        # An expression no index covers: a batch's statements find their rows by id (the
+        # primary key) whatever the statistics say. Driven from the lease index's
+        # "processing" rows instead, a completion read every running job once per job of
+        # its batch once a VACUUM without ANALYZE had updated the table's size (a drain at
+        # 0.4-0.6x).
+        return f"({column} || '')"
+
     def in_id_order(
         self,
         where: str,
