@@ -600,7 +600,9 @@ class DatabaseSchedule(models.Model):
     payload = models.JSONField(
         default=dict, blank=True, help_text=_("What a job type's handler receives (JSON).")
     )
-    args = models.JSONField(default=list, blank=True, help_text=_("A task's arguments (JSON list)."))
+    args = models.JSONField(
+        default=list, blank=True, help_text=_("A task's arguments (JSON list).")
+    )
     kwargs = models.JSONField(
         default=dict, blank=True, help_text=_("A task's keyword arguments (JSON object).")
     )

@@ -84,7 +84,7 @@ def run_child(worker: Worker) -> int:
     reloader = autoreload.get_reloader()
     changed = threading.Event()
 
-    def on_change(sender: object, file_path: object, **kwargs: Any) -> bool | None:  # noqa: ARG001 (a signal receiver)
+    def on_change(sender: object, file_path: object, **kwargs: Any) -> bool | None:
         if sender is not reloader:
             return None
         if not changed.is_set():

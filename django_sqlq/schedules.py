@@ -325,66 +325,82 @@ def stored_errors(row: DatabaseSchedule) -> dict[str, str]:
     it): the name (also one a code schedule uses), the cron, the time zone, a job type
     without a handler or a task path that is not a @task on a django_sqlq backend, a payload
     (or args and kwargs) that is not JSON or too big, a queue that enqueue() refuses."""
+    errors: dict[str, str] = {}
+    _check(errors, "name", lambda: _check_stored_name(row.name))
+    _check(errors, "cron", lambda: check_cron(row.cron))
+    _check(errors, "timezone", lambda: check_timezone(row.timezone))
+    _target_errors(row, errors)
+    _queue_errors(row, errors)
+    if not errors:
+        _check(errors, "__all__", lambda: from_row(row))
+    return errors
+
+
+def _check(errors: dict[str, str], field: str, test: Callable[[], object]) -> None:
+    """Run ``test``; its error (the first per field) goes into ``errors[field]``."""
+    try:
+        test()
+    except (SQLQError, TypeError, ValueError) as exc:  # UnknownHandlerError too
+        errors.setdefault(field, str(exc))
+
+
+def _check_stored_name(name: str) -> None:
+    validation.check_name("schedule name", name, max_length=MAX_NAME_LENGTH)
+    try:
+        code = load()
+    except ConfigurationError:
+        return  # the code's own error is the checks' (E030) to report
+    if name in code:
+        raise ConfigurationError(
+            f"A schedule named {name!r} is declared in code ({code[name].source}); names "
+            "are unique across the settings, the decorators and the database."
+        )
+
+
+def _target_errors(row: DatabaseSchedule, errors: dict[str, str]) -> None:
+    """``type`` xor ``task``, that it runs, and the arguments that go with it."""
     from django_sqlq import registry
     from django_sqlq.conf import get_settings
     from django_sqlq.jsoncodec import encode_json
 
-    errors: dict[str, str] = {}
-
-    def check(field: str, test: Callable[[], object]) -> None:
-        try:
-            test()
-        except (SQLQError, TypeError, ValueError) as exc:  # UnknownHandlerError too
-            errors.setdefault(field, str(exc))
-
-    conf = get_settings()
-    check("name", lambda: validation.check_name("schedule name", row.name, max_length=200))
-    if "name" not in errors:
-        try:
-            code = load()
-        except ConfigurationError:
-            code = {}  # the code's own error is the checks' (E030) to report
-        if row.name in code:
-            errors["name"] = (
-                f"A schedule named {row.name!r} is declared in code ({code[row.name].source}); "
-                "names are unique across the settings, the decorators and the database."
-            )
-    check("cron", lambda: check_cron(row.cron))
-    check("timezone", lambda: check_timezone(row.timezone))
+    limit = get_settings().MAX_PAYLOAD_BYTES
     if bool(row.type) == bool(row.task):
         errors["type"] = "Give a job type or a task (one of the two)."
     elif row.task:
-        check("task", lambda: _check_task(row.task))
+        _check(errors, "task", lambda: _check_task(row.task))
         if row.payload not in ({}, None):
             errors["payload"] = "A task takes args and kwargs; the payload is for a job type."
         if not isinstance(row.args, list):
             errors["args"] = f"A task's args are a JSON list, got {row.args!r}."
         if not isinstance(row.kwargs, dict):
             errors["kwargs"] = f"A task's kwargs are a JSON object, got {row.kwargs!r}."
-        check("kwargs", lambda: encode_json(
-            {"args": row.args, "kwargs": row.kwargs}, what="schedule's arguments",
-            limit=conf.MAX_PAYLOAD_BYTES,
-        ))  # fmt: skip
+        arguments = {"args": row.args, "kwargs": row.kwargs}
+        _check(errors, "kwargs", lambda: encode_json(arguments, limit=limit))
     else:
         registry.autodiscover()  # the apps' jobs.py: their handlers
-        check("type", lambda: registry.get(row.type))
+        _check(errors, "type", lambda: registry.get(row.type))
         if row.args not in ([], None) or row.kwargs not in ({}, None):
             errors["args"] = "A job type takes a payload; args and kwargs are for a task."
-        check("payload", lambda: encode_json(
-            row.payload, what="schedule's payload", limit=conf.MAX_PAYLOAD_BYTES
-        ))  # fmt: skip
+        _check(errors, "payload", lambda: encode_json(row.payload, limit=limit))
+
+
+def _queue_errors(row: DatabaseSchedule, errors: dict[str, str]) -> None:
+    """The queue as enqueue() checks it (a job type's: one of ``SQLQ["QUEUES"]``), and the
+    priority's range."""
+    from django_sqlq.conf import get_settings
+
+    queues = get_settings().QUEUES
     if row.queue:
-        check("queue", lambda: validation.check_name("queue name", row.queue, max_length=100))
-    if row.type and "queue" not in errors and (row.queue or "default") not in conf.QUEUES:
+        _check(
+            errors, "queue", lambda: validation.check_name("queue name", row.queue, max_length=100)
+        )
+    if row.type and "queue" not in errors and (row.queue or "default") not in queues:
         errors["queue"] = (
-            f"Unknown queue {row.queue or 'default'!r}; known: {', '.join(conf.QUEUES)} "
+            f"Unknown queue {row.queue or 'default'!r}; known: {', '.join(queues)} "
             "(SQLQ['QUEUES'])."
         )
     if row.priority is not None and not -100 <= row.priority <= 100:
         errors["priority"] = f"A priority is from -100 to 100, got {row.priority}."
-    if not errors:
-        check("__all__", lambda: from_row(row))
-    return errors
 
 
 def _check_task(path: str) -> None:

@@ -129,7 +129,8 @@ PAGE = "admin:django_sqlq_scheduletick_changelist"
 def form(**fields: Any) -> dict[str, Any]:
     data = {"name": "db-hourly", "enabled": "on", "type": "tests.echo", "task": "",
             "cron": "0 * * * *", "timezone": "Europe/Paris", "missed": "run_once",
-            "payload": '{"a": 1}', "args": "[]", "kwargs": "{}", "queue": "", "priority": ""}  # fmt: skip
+            "payload": '{"a": 1}', "args": "[]", "kwargs": "{}", "queue": "",
+            "priority": ""}  # fmt: skip
     data.update(fields)
     return {k: v for k, v in data.items() if v is not None}
 

@@ -188,9 +188,7 @@ class ScheduleAdmin(TickModelAdmin):
         request.current_app = self.admin_site.name
         error = None
         stored_admin = self.admin_site._registry.get(DatabaseSchedule)
-        can_edit = stored_admin is not None and stored_admin.has_view_or_change_permission(
-            request
-        )
+        can_edit = stored_admin is not None and stored_admin.has_view_or_change_permission(request)
         try:
             found = rows(self.admin_site.name, datetime.now(UTC), can_edit=can_edit)
         except ConfigurationError as exc:
@@ -292,7 +290,13 @@ class DatabaseScheduleAdmin(StoredModelAdmin):
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).using(queue_alias())
 
-    def save_model(self, request: HttpRequest, obj: DatabaseSchedule, form: Any, change: bool) -> None:  # noqa: ARG002 (Django's signature)
+    def save_model(
+        self,
+        request: HttpRequest,  # noqa: ARG002 (Django's signature)
+        obj: DatabaseSchedule,
+        form: Any,  # noqa: ARG002
+        change: bool,  # noqa: ARG002
+    ) -> None:
         obj.save(using=queue_alias())
 
     def delete_model(self, request: HttpRequest, obj: DatabaseSchedule) -> None:  # noqa: ARG002 (Django's signature)

@@ -112,7 +112,7 @@ class Scheduler(PeriodicService):
             # From now on (also after the clock stepped back: a tick that falls from here,
             # while this worker runs, is not one it missed).
             self.watching_since = now
-            self.stored_since = {name: min(since, now) for name, since in self.stored_since.items()}
+            self.stored_since = {name: min(at, now) for name, at in self.stored_since.items()}
         # Where enqueue() writes jobs (SQLQ["DATABASE"]): the tick row must share the job's
         # transaction, whatever --database this worker serves.
         database = self.worker.conf.DATABASE
@@ -165,9 +165,7 @@ class Scheduler(PeriodicService):
         the first time (or enabled again) is watched from ``now``. If the table cannot be
         read, say so once and keep what was read last: the code schedules go on."""
         try:
-            found = schedules.stored(
-                database=database, code=self.schedules, cache=self._parsed
-            )
+            found = schedules.stored(database=database, code=self.schedules, cache=self._parsed)
         except DatabaseError as exc:
             problem = f"{type(exc).__name__}: {exc}"
             if problem != self._stored_problem:
@@ -200,9 +198,7 @@ class Scheduler(PeriodicService):
                 name,
             )
         self.stored = found.schedules
-        self.stored_since = {
-            name: self.stored_since.get(name, now) for name in found.schedules
-        }
+        self.stored_since = {name: self.stored_since.get(name, now) for name in found.schedules}
 
     def seconds_to_next(self, now: datetime | None = None) -> float:
         """Seconds until the next tick of any schedule (at most MAX_SLEEP)."""
