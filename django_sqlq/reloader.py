@@ -8,8 +8,10 @@ make a restart graceful, as SIGTERM is:
 - ``run_with_reloader()`` runs the command in a daemon thread and ends the process from the
   watcher's thread (``sys.exit(3)``): running jobs would be cut off. Here the worker keeps
   the main thread (and its SIGTERM/SIGINT handling); the watcher runs in a thread of its
-  own, and a change asks the worker to stop as SIGTERM does (claim nothing more, let the
-  running jobs finish, give back those claimed and not started), then exits with status 3.
+  own, and a change that no receiver of ``file_changed`` handles (Django's own reset
+  template and translation caches) asks the worker to stop as SIGTERM does (claim nothing
+  more, let the running jobs finish, give back those claimed and not started), then the
+  process exits with status 3.
 - ``restart_with_reloader()`` kills the child outright when the parent gets SIGTERM. Here
   the parent passes SIGTERM/SIGINT on to the child (the first: a graceful stop; a second:
   forced) and waits for it. The child runs in a process group of its own, so that Ctrl-C in
@@ -84,21 +86,27 @@ def run_child(worker: Worker) -> int:
     reloader = autoreload.get_reloader()
     changed = threading.Event()
 
-    def on_change(sender: object, file_path: object, **kwargs: Any) -> bool | None:
-        if sender is not reloader:
-            return None
-        if not changed.is_set():
-            changed.set()
-            worker.stop()  # what SIGTERM does: claim nothing more, finish the running jobs
-            reloader.stop()
-            logger.info(
-                "Worker %s: %s changed: restarting once the running jobs are done",
-                worker.worker_id,
-                file_path,
-            )
-        return True  # handled: not Django's trigger_reload(), which would sys.exit(3) here
+    def restart(path: object) -> None:
+        if changed.is_set():
+            return
+        changed.set()
+        worker.stop()  # what SIGTERM does: claim nothing more, finish the running jobs
+        reloader.stop()
+        logger.info(
+            "Worker %s: %s changed: restarting once the running jobs are done",
+            worker.worker_id,
+            path,
+        )
 
-    autoreload.file_changed.connect(on_change, weak=False)
+    def notify_file_changed(path: object) -> None:
+        # BaseReloader.notify_file_changed, with a graceful restart in place of
+        # trigger_reload() (sys.exit(3), which would only end this thread): a change that a
+        # receiver of file_changed handles (templates, translations) restarts nothing.
+        results = autoreload.file_changed.send(sender=reloader, file_path=path)
+        if not any(result for _, result in results):
+            restart(path)
+
+    reloader.notify_file_changed = notify_file_changed  # type: ignore[method-assign]
     watcher = threading.Thread(
         target=reloader.run, args=(threading.main_thread(),), name="sqlq-reload", daemon=True
     )
@@ -126,7 +134,6 @@ def run_child(worker: Worker) -> int:
             _wait_for(changed)
     finally:
         reloader.stop()
-        autoreload.file_changed.disconnect(on_change)
     return RESTART if changed.is_set() else 0
 
 
