@@ -267,6 +267,13 @@ class Command(BaseCommand):
             help="Database alias that holds the jobs table (default: SQLQ['DATABASE']).",
         )
         parser.add_argument(
+            "--reload",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="Restart the worker when a Python file it imported changes, gracefully (as "
+            "at SIGTERM), with Django's autoreloader. For development, not production.",
+        )
+        parser.add_argument(
             "--worker-id",
             default=None,
             type=worker_name,
@@ -321,12 +328,6 @@ class Command(BaseCommand):
             dest="startup_delay",
             action="store_false",
             help="Accepted and ignored: sqlq_worker has no startup delay (claims never collide).",
-        )
-        db_worker.add_argument(
-            "--reload",
-            action=argparse.BooleanOptionalAction,
-            default=False,
-            help="Only --no-reload is accepted: restart workers from your process manager.",
         )
 
     def handle(  # noqa: C901 (one check per option, db_worker's spellings included)
@@ -388,14 +389,11 @@ class Command(BaseCommand):
         ):
             if both:
                 raise usage_error(f"Give {ours} or {theirs} (db_worker's name for it), not both.")
-        if reload:
-            raise usage_error(
-                "sqlq_worker does not reload on code changes; run it under a process manager "
-                "(or a file watcher) that restarts it, and drop --reload."
-            )
         poll_interval = interval if interval is not None else poll_interval
         max_jobs = max_tasks if max_tasks is not None else max_jobs
         burst = burst or batch
+        if reload:
+            self._check_reload(burst=burst, processes=processes)
         all_queues = False
         if queue_names == ["*"]:
             all_queues, queues = True, None
@@ -421,6 +419,11 @@ class Command(BaseCommand):
                     "django_sqlq's tasks backends)."
                 )
         self._configure_logging(verbosity)
+        if reload:
+            from django_sqlq import reloader
+
+            if not reloader.in_child():
+                sys.exit(reloader.run_parent(self.stdout))
         self._configure_task_logging(verbosity)
         self._serve_tasks()
         worker_kwargs: dict[str, Any] = {
@@ -457,6 +460,11 @@ class Command(BaseCommand):
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         try:
+            if reload:
+                from django_sqlq import reloader
+
+                code = reloader.run_child(worker)
+                sys.exit(1 if worker.forced else code)
             worker.run(burst=burst)
         except (WorkerError, ConfigurationError) as exc:  # a bad schedule: named at start
             raise CommandError(str(exc)) from exc
@@ -482,6 +490,17 @@ class Command(BaseCommand):
             if most is not None:
                 limits[name] = most
         return names
+
+    def _check_reload(self, *, burst: bool, processes: int) -> None:
+        """--reload: one long-running worker, started from a command line."""
+        for given, option in ((burst, "--burst"), (processes > 1, "--processes")):
+            if given:
+                raise usage_error(f"--reload cannot be combined with {option}.")
+        if not getattr(self, "_called_from_command_line", False):
+            raise usage_error(
+                "--reload restarts the command line it was given: run `manage.py sqlq_worker "
+                "--reload` in a shell, not call_command()."
+            )
 
     def _check_schedules(self) -> None:
         from django_sqlq import registry, schedules
