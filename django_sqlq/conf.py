@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULE": {},
     "METRICS_TOKEN": None,
     "PRUNE_INTERVAL": 60.0,
+    "CHECK_TYPES": True,
 }
 
 #: The statuses ``KEEP_FINISHED`` may name: those of finished jobs, the only ones pruned.
@@ -86,6 +87,8 @@ class Settings:
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
     METRICS_TOKEN: str | None = None
     PRUNE_INTERVAL: float = 60.0
+    #: enqueue() refuses a job type no handler or @task answers to (after autodiscovery).
+    CHECK_TYPES: bool = True
 
     @property
     def prunes(self) -> bool:
@@ -133,6 +136,12 @@ def _number(
         expected = "an integer" if integer else "a number"
         bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum:g}"
         raise ConfigurationError(f"SQLQ[{key!r}] must be {expected} {bounds}, got {value!r}.")
+    return value
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"SQLQ[{key!r}] must be True or False, got {value!r}.")
     return value
 
 
@@ -313,4 +322,5 @@ def _read(user: Any) -> Settings:
         PRUNE_INTERVAL=_number(
             "PRUNE_INTERVAL", merged["PRUNE_INTERVAL"], minimum=0.01, maximum=MAX_INTERVAL
         ),
+        CHECK_TYPES=_flag("CHECK_TYPES", merged["CHECK_TYPES"]),
     )
