@@ -25,7 +25,7 @@ from django_sqlq import statuses as job_statuses
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.management.commands.sqlq_worker import queue_name
-from django_sqlq.validation import MAX_DELAY_SECONDS, check_name
+from django_sqlq.validation import MAX_DELAY_SECONDS, check_name, number_text
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -55,7 +55,7 @@ def duration(value: str) -> float:
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if not 0 <= seconds <= MAX_DELAY_SECONDS:
         raise argparse.ArgumentTypeError(
-            f"must be between 0 and {MAX_DELAY_SECONDS:g} seconds, got {value!r}"
+            f"must be between 0 and {number_text(MAX_DELAY_SECONDS)} seconds, got {value!r}"
         )
     return seconds
 
@@ -296,7 +296,7 @@ class Command(BaseCommand):
         if verbosity < 2:
             return
         for status, seconds in keep.items():
-            kept = "for ever" if seconds is None else f"{seconds:g} s"
+            kept = "for ever" if seconds is None else f"{number_text(seconds)} s"
             self.stdout.write(f"Keeping {status} jobs {kept}.")
 
     def _dry_run(
