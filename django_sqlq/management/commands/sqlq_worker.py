@@ -14,13 +14,14 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.limits import parse_queue_option
+from django_sqlq.management.base import SQLQCommand
 from django_sqlq.validation import MAX_INTERVAL_SECONDS, number_text
 from django_sqlq.worker import Worker, WorkerError, unreachable
 
@@ -203,7 +204,7 @@ def usage_error(message: str) -> CommandError:
     return CommandError(message, returncode=2)
 
 
-class Command(BaseCommand):
+class Command(SQLQCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
 
     def execute(self, *args: Any, **options: Any) -> str | None:
