@@ -41,6 +41,10 @@ PREFETCH_HOLD = 0.5
 PREFETCH_COOLDOWN = 5.0
 
 
+#: Transient database errors in a row after which a --burst worker stops.
+BURST_TRIES = 5
+
+
 class Claimer:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -103,7 +107,7 @@ class Claimer:
                     failures = 0
                 except DatabaseError as exc:
                     failures += 1
-                    self._database_trouble("claim", exc, failures)
+                    self._database_trouble("claim", exc, failures, burst=burst)
                     completer.flush(idle=pool.busy == 0)
                     continue
                 last_claim = time.monotonic()
@@ -269,10 +273,22 @@ class Claimer:
             extra={"job_ids": ids},
         )
 
-    def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
-        """Log a database error, drop the connection if it is broken, and back off."""
-        if not is_transient(exc) and is_missing_table(exc):
+    def _database_trouble(
+        self, what: str, exc: DatabaseError, failures: int, *, burst: bool = False
+    ) -> None:
+        """Log a database error, drop the connection if it is broken, and back off. A
+        ``--burst`` worker (a cron job, a CI step) stops instead, with the error: at once
+        for an error that waiting does not cure, after BURST_TRIES for a transient one."""
+        transient = is_transient(exc)
+        if not transient and is_missing_table(exc):
             raise WorkerError(
                 "The jobs table does not exist: run `python manage.py migrate` first."
+            ) from exc
+        if burst and (not transient or failures >= BURST_TRIES):
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            raise WorkerError(
+                f"Worker {self.worker_id} stopped: database error during {what} "
+                f"({type(exc).__name__}: {cause}); a --burst worker does not wait for the "
+                "database to recover. Has `python manage.py migrate` been run?"
             ) from exc
         self.worker.stop_event.wait(back_off(self.worker, what, exc, failures))

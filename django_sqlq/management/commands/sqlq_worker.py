@@ -14,14 +14,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.limits import parse_queue_option
-from django_sqlq.validation import MAX_INTERVAL_SECONDS
+from django_sqlq.management.base import SQLQCommand
+from django_sqlq.validation import MAX_INTERVAL_SECONDS, number_text
 from django_sqlq.worker import Worker, WorkerError, unreachable
 
 # -v: (level of the django_sqlq loggers, level of the per-job lines). At the default (1),
@@ -67,7 +68,8 @@ def positive_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
     if not (number > 0 and number <= MAX_INTERVAL_SECONDS):
         raise argparse.ArgumentTypeError(
-            f"must be a number of seconds > 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+            f"must be a number of seconds > 0 and <= "
+            f"{number_text(MAX_INTERVAL_SECONDS)}, got {value}"
         )
     return number
 
@@ -114,7 +116,8 @@ def interval_seconds(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
     if not (number >= 0 and number <= MAX_INTERVAL_SECONDS):
         raise argparse.ArgumentTypeError(
-            f"must be a number of seconds >= 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+            f"must be a number of seconds >= 0 and <= "
+            f"{number_text(MAX_INTERVAL_SECONDS)}, got {value}"
         )
     return number
 
@@ -201,7 +204,7 @@ def usage_error(message: str) -> CommandError:
     return CommandError(message, returncode=2)
 
 
-class Command(BaseCommand):
+class Command(SQLQCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
 
     def execute(self, *args: Any, **options: Any) -> str | None:
