@@ -280,7 +280,7 @@ def test_a_handler_of_a_jobs_py_that_failed_to_import_is_not_silently_accepted(
         'attempt("x.y"); print("RESULT", attempt("adv26app.half"))',
     )
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT"))
-    assert line in ("RESULT ok", *(l for l in [line] if "adv26" in l)), line
+    assert line == "RESULT ok", line  # current behaviour, see the docstring
 
 
 @pytest.mark.django_db(transaction=True)
