@@ -85,6 +85,7 @@ def with_context(payload: Any, context: Any) -> dict[str, Any]:  # noqa: ARG001 
 
 
 from tests.testapp import (  # noqa: E402, F401
+    adv27_jobs,
     adversary2_workflow_jobs,
     adversary_workflow_jobs,
     atomic_jobs,
