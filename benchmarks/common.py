@@ -5,6 +5,7 @@ Started from the peer harness in shared/bench (common.py).
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,9 @@ ROOT = os.environ.get("BENCH_ROOT", os.path.dirname(HERE))
 PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PG_PORT = os.environ.get("BENCH_PG_PORT", "5432")
 PG_USER = os.environ.get("BENCH_PG_USER", "root")
+# Database names are PG_PREFIX + row: `benchmarks/run sidebyside` uses its own prefix so that
+# its drops never hit another run's databases.
+PG_PREFIX = os.environ.get("BENCH_PG_PREFIX", "bench_")
 
 
 def sqlite_path(peer):
@@ -26,7 +30,7 @@ def sqlite_path(peer):
 
 
 def pg_dbname(peer):
-    return "bench_" + peer.replace("-", "_")
+    return PG_PREFIX + peer.replace("-", "_")
 
 
 def pg_dsn(dbname):
@@ -149,19 +153,38 @@ def py():
     return sys.executable
 
 
-def export_revision(rev):
-    """Put django_sqlq as of git revision ``rev`` (exported with git archive into TMP) first
-    on this process's and every child's PYTHONPATH. Returns the full commit id."""
+def export_tree(rev, parent=TMP):
+    """Put django_sqlq as of git revision ``rev`` (a commit, a branch, ``HEAD~1``...) into a
+    directory of its own under ``parent``, with ``git archive``; ``WORKTREE`` copies this
+    checkout's django_sqlq/ as it is, uncommitted changes included. Returns (the full commit
+    id or "WORKTREE", the directory to put first on PYTHONPATH)."""
+    if rev == "WORKTREE":
+        dest = os.path.join(parent, "src-worktree")
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(
+            os.path.join(ROOT, "django_sqlq"),
+            os.path.join(dest, "django_sqlq"),
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        return rev, dest
     sha = subprocess.run(
-        ["git", "-C", ROOT, "rev-parse", rev], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    dest = os.path.join(TMP, f"src-{sha[:12]}")
+        ["git", "-C", ROOT, "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    dest = os.path.join(parent, f"src-{sha[:12]}")
     if not os.path.isdir(os.path.join(dest, "django_sqlq")):
         os.makedirs(dest, exist_ok=True)
         archive = subprocess.run(
             ["git", "-C", ROOT, "archive", sha, "django_sqlq"], capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+    return sha, dest
+
+
+def export_revision(rev):
+    """Put django_sqlq as of git revision ``rev`` (exported with git archive into TMP) first
+    on this process's and every child's PYTHONPATH. Returns the full commit id."""
+    sha, dest = export_tree(rev)
     os.environ["PYTHONPATH"] = dest + os.pathsep + os.environ.get("PYTHONPATH", "")
     sys.path.insert(0, dest)
     return sha

@@ -98,6 +98,15 @@ def _options(
     return fields
 
 
+def _type_of(conf: Settings, target: Target) -> str:
+    """The job type to store for ``target``; with ``SQLQ["CHECK_TYPES"]``, one a handler or
+    a @task answers to (UnknownJobTypeError naming the close names otherwise)."""
+    type_name = registry.type_name_for(target)
+    if conf.CHECK_TYPES:
+        registry.check_known(type_name)
+    return type_name
+
+
 def checked_job(
     conf: Settings,
     target: Target,
@@ -114,7 +123,7 @@ def checked_job(
     raises): its fields, its payload (``{}`` for None), the payload's JSON text, and the
     delay to add to the database's clock (None: ``fields`` hold ``scheduled_at``, or run
     now). enqueue() and a chain's next step (``django_sqlq.workflows``) both use it."""
-    type_name = registry.type_name_for(target)
+    type_name = _type_of(conf, target)
     if payload is None:
         payload = {}
     encoded = encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
@@ -525,7 +534,7 @@ def bulk_enqueue(
             f"{type(payloads).__name__} {_short_repr(payloads)}. For one job, use enqueue()."
         )
     conf = get_settings()
-    type_name = registry.type_name_for(target)
+    type_name = _type_of(conf, target)
     dependencies = _dependencies(depends_on, on_dependency_failure)
     items: Sequence[Any] = [{} if p is None else p for p in payloads]
     encoded: list[str] = []

@@ -30,6 +30,13 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from django_sqlq.exceptions import ConfigurationError
 
+#: Where E001 sends the reader: a page of the documentation, not a folder of the source
+#: tree (an installed wheel has no docs/), and the defaults in code they do have.
+SETTINGS_HINT = (
+    "Each SQLQ key is described on the Settings page of django_sqlq's documentation "
+    "(Reference > Settings); the defaults are django_sqlq.conf.DEFAULTS."
+)
+
 
 @register(Tags.compatibility)
 def check_settings(
@@ -42,15 +49,11 @@ def check_settings(
     try:
         conf = get_settings()
     except ConfigurationError as exc:
-        return [
-            Error(str(exc), hint="See the settings reference in docs/.", id="django_sqlq.E001")
-        ]
+        return [Error(str(exc), hint=SETTINGS_HINT, id="django_sqlq.E001")]
     try:
         conf.backoff_function()
     except ConfigurationError as exc:
-        return [
-            Error(str(exc), hint="See the settings reference in docs/.", id="django_sqlq.E001")
-        ]
+        return [Error(str(exc), hint=SETTINGS_HINT, id="django_sqlq.E001")]
     if conf.DATABASE not in connections.settings:
         return [
             Error(

@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULE": {},
     "METRICS_TOKEN": None,
     "PRUNE_INTERVAL": 60.0,
+    "CHECK_TYPES": True,
 }
 
 #: The statuses ``KEEP_FINISHED`` may name: those of finished jobs, the only ones pruned.
@@ -86,6 +87,8 @@ class Settings:
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
     METRICS_TOKEN: str | None = None
     PRUNE_INTERVAL: float = 60.0
+    #: enqueue() refuses a job type no handler or @task answers to (after autodiscovery).
+    CHECK_TYPES: bool = True
 
     @property
     def prunes(self) -> bool:
@@ -131,8 +134,18 @@ def _number(
         or (maximum is not None and value > maximum)
     ):
         expected = "an integer" if integer else "a number"
-        bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum:g}"
+        bounds = (
+            f">= {validation.number_text(minimum)}"
+            if maximum is None
+            else f"between {validation.number_text(minimum)} and {validation.number_text(maximum)}"
+        )
         raise ConfigurationError(f"SQLQ[{key!r}] must be {expected} {bounds}, got {value!r}.")
+    return value
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"SQLQ[{key!r}] must be True or False, got {value!r}.")
     return value
 
 
@@ -215,13 +228,20 @@ def _keep_finished(value: Any) -> dict[str, int | None]:
             item = math.ceil(item.total_seconds())
         if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= MAX_DELAY:
             raise ConfigurationError(
-                f"{label} must be None (keep for ever) or an integer between 0 and "
-                f"{MAX_DELAY:g} (seconds), got {item!r}."
+                f"{label} must be None (keep for ever), a number of seconds (an integer "
+                f"from 0 to {validation.number_text(MAX_DELAY)}) or a timedelta, got "
+                f"{item!r}.{dict_form}"
             )
         return item
 
     if not isinstance(value, Mapping):
+        # The whole setting may also be a dict per status: say so where it went wrong.
+        dict_form = (
+            " It may also be a dict per finished status: {'completed': 86400, 'failed': "
+            "timedelta(days=30), 'cancelled': None}."
+        )
         return dict.fromkeys(PRUNABLE_STATUSES, seconds("SQLQ['KEEP_FINISHED']", value))
+    dict_form = ""
     unknown = [key for key in value if key not in PRUNABLE_STATUSES]
     if unknown:
         raise ConfigurationError(
@@ -313,4 +333,5 @@ def _read(user: Any) -> Settings:
         PRUNE_INTERVAL=_number(
             "PRUNE_INTERVAL", merged["PRUNE_INTERVAL"], minimum=0.01, maximum=MAX_INTERVAL
         ),
+        CHECK_TYPES=_flag("CHECK_TYPES", merged["CHECK_TYPES"]),
     )

@@ -23,6 +23,12 @@ class UnknownHandlerError(SQLQError, LookupError):
     """No handler is registered under that name and it is not an importable dotted path."""
 
 
+class UnknownJobTypeError(UnknownHandlerError, InvalidJobError):
+    """enqueue() was given a job type that no handler or ``@task`` answers to, while the
+    project's handlers are known (``SQLQ["CHECK_TYPES"]``): nothing is written. Both a
+    ``LookupError`` and a ``ValueError``."""
+
+
 class ConfigurationError(SQLQError, ValueError):
     """``settings.SQLQ`` holds a value django_sqlq cannot use."""
 

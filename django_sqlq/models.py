@@ -562,6 +562,90 @@ class ScheduleTick(models.Model):
         return f"{self.name} @ {self.tick_at.isoformat()}"
 
 
+class DatabaseSchedule(models.Model):
+    """A recurring job stored in the database and edited in the admin, beside
+    ``SQLQ["SCHEDULE"]`` and the decorators' (see ``django_sqlq.schedules``). Running
+    workers read the enabled rows at each pass of their scheduler; each tick is enqueued
+    once through the same tick table (``ScheduleTick``, by ``name``). Names are unique
+    across both kinds: ``clean()`` refuses one a code schedule uses."""
+
+    RUN_ONCE = "run_once"
+    SKIP = "skip"
+    MISSED_CHOICES: ClassVar[list[tuple[str, Any]]] = [
+        (RUN_ONCE, _("run the last missed tick once")),
+        (SKIP, _("skip missed ticks")),
+    ]
+
+    name = models.CharField(
+        max_length=200, unique=True, help_text=_("Unique among all schedules, code ones too.")
+    )
+    enabled = models.BooleanField(
+        default=True, help_text=_("A disabled schedule enqueues nothing; its history stays.")
+    )
+    type = models.CharField(
+        max_length=255, blank=True, default="",
+        help_text=_("A job type: a @handler's name or a dotted path. Or give a task."),
+    )  # fmt: skip
+    task = models.CharField(
+        max_length=255, blank=True, default="",
+        help_text=_("Or a @task's dotted path (Django's tasks framework)."),
+    )  # fmt: skip
+    cron = models.CharField(
+        max_length=100,
+        help_text=_("Five fields (minute hour day month weekday), or six with seconds first."),
+    )
+    timezone = models.CharField(
+        max_length=64, default="UTC", help_text=_("An IANA name, such as Europe/Paris.")
+    )
+    payload = models.JSONField(
+        default=dict, blank=True, help_text=_("What a job type's handler receives (JSON).")
+    )
+    args = models.JSONField(
+        default=list, blank=True, help_text=_("A task's arguments (JSON list).")
+    )
+    kwargs = models.JSONField(
+        default=dict, blank=True, help_text=_("A task's keyword arguments (JSON object).")
+    )
+    queue = models.CharField(
+        max_length=100, blank=True, default="",
+        help_text=_("Empty: 'default' for a job type, the task's own queue for a task."),
+    )  # fmt: skip
+    priority = models.SmallIntegerField(
+        null=True, blank=True, help_text=_("-100 to 100, higher first; empty: the default.")
+    )
+    missed = models.CharField(max_length=20, choices=MISSED_CHOICES, default=RUN_ONCE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "sqlq_schedule"
+        verbose_name = _("database schedule")
+        verbose_name_plural = _("database schedules")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Everything the worker would refuse, named by field (see
+        ``schedules.stored_errors``)."""
+        from django.core.exceptions import ValidationError
+
+        from django_sqlq import schedules
+
+        if self.payload is None:
+            self.payload = {}
+        if self.args is None:
+            self.args = []
+        if self.kwargs is None:
+            self.kwargs = {}
+        errors = schedules.stored_errors(self)
+        if errors:
+            raise ValidationError(errors)
+
+
 class Maintenance(models.Model):
     """One row per maintenance duty that only one worker at a time may do, across hosts (the
     pruner: ``duty = "prune"``): who holds it now (a lease, which runs out if its holder dies)

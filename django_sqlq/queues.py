@@ -19,7 +19,7 @@ from django_sqlq.conf import configured_queues, get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.limits import QueueLimit
 
-__all__ = ["QueueState", "pause_queue", "queue_states", "resume_queue"]
+__all__ = ["QueueState", "known_queues", "pause_queue", "queue_states", "resume_queue"]
 
 
 def _set_paused(name: str, paused: bool, database: str | None) -> bool:
@@ -113,3 +113,17 @@ def paused_names(*, database: str | None = None) -> set[str]:
     alias = database or get_settings().DATABASE
     connections[alias].ensure_connection()
     return set(ops_for(alias).paused_queues())
+
+
+def known_queues(*, database: str | None = None) -> list[str]:
+    """Every queue name something knows: the settings (``SQLQ["QUEUES"]``, the tasks
+    backends' ``QUEUES``, ``QUEUE_LIMITS``), a row of ``sqlq_queue``, waiting or running
+    jobs, or a registered worker's ``--queue``. ``sqlq_queue`` refuses other names."""
+    from django_sqlq.models import WorkerProcess
+
+    alias = database or get_settings().DATABASE
+    names = dict.fromkeys(state.name for state in queue_states(database=alias))
+    for served in WorkerProcess.objects.using(alias).values_list("queues", flat=True):
+        if isinstance(served, list):
+            names.update(dict.fromkeys(q for q in served if isinstance(q, str) and q != "*"))
+    return list(names)

@@ -8,8 +8,10 @@ importable object, so a row written by hand cannot make the worker call ``os.sys
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import inspect
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -18,7 +20,7 @@ from typing import Any, TypeVar, overload
 
 from django_sqlq import validation
 from django_sqlq.control import JobControl, check_progress
-from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError
+from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError, UnknownJobTypeError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -138,6 +140,8 @@ _handlers: dict[str, Handler] = {}
 _resolvers: list[Resolver] = []
 _lock = threading.Lock()
 _unimportable: set[str] = set()  # module names _load() could not import
+_discovered = False  # autodiscover() has imported every installed app's jobs.py
+_tasks: set[str] = set()  # type names check_known() found to be @task paths
 
 
 def dotted_path(func: Callable[..., Any]) -> str:
@@ -296,9 +300,97 @@ def get(name: str) -> Handler:
         spec = resolver(name)
         if spec is not None:
             return spec
-    raise UnknownHandlerError(
-        f"No handler is registered for job type {name!r}. Register one with "
-        f"@handler({name!r}) in an installed app's jobs.py."
+    raise UnknownHandlerError(f"No handler is registered for job type {name!r}.{_advice(name)}")
+
+
+def _advice(name: str) -> str:
+    """What to do about job type ``name`` that nothing answers to: the close names, and
+    whether it looks like a handler or ``@task`` that was renamed or moved."""
+    close = suggestions(name)
+    hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+    module_name, _, attribute = name.rpartition(".")
+    if module_name and module_name in sys.modules:
+        return (
+            f"{hint} Module {module_name} has no @handler or @task named {attribute!r}: if "
+            "it was renamed or moved, jobs enqueued before carry the old name; keep the old "
+            "name importable until they are done, or delete them and enqueue them again "
+            "under the new name (manage.py sqlq_jobs)."
+        )
+    return (
+        f"{hint} Register one with @handler({name!r}) in an installed app's jobs.py, or "
+        "give the dotted path of a @task function."
+    )
+
+
+def suggestions(name: str) -> list[str]:
+    """Registered job types (and ``@task`` functions of the module a dotted ``name`` names)
+    close to ``name``, best first: at most three."""
+    candidates = set(_handlers)
+    module_name = name.rpartition(".")[0]
+    module = sys.modules.get(module_name) if module_name else None
+    if module is not None:
+        candidates.update(f"{module_name}.{attr}" for attr in _task_names(module))
+    candidates.discard(name)
+    scored = []
+    for candidate in candidates:
+        # Compared after the dotted prefix they share: every function of one module would
+        # look close to any name in it.
+        cut = os.path.commonprefix([name, candidate]).rfind(".") + 1  # noqa: RUF071 (strings)
+        score = difflib.SequenceMatcher(None, name[cut:], candidate[cut:]).ratio()
+        if score >= 0.75:
+            scored.append((-score, candidate))
+    return [candidate for _, candidate in sorted(scored)[:3]]
+
+
+def _task_names(module: Any) -> list[str]:
+    """The names of the ``@task`` objects in ``module`` (none without a tasks framework)."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        return []
+    return [attr for attr, value in vars(module).items() if isinstance(value, compat.Task)]
+
+
+def _is_task(name: str) -> bool:
+    """Whether ``name`` is the dotted path of a ``@task`` (as the tasks backend stores its
+    jobs' type): imported, never called."""
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE or "." not in name:
+        return False
+    from django.utils.module_loading import import_string
+
+    try:
+        found = import_string(name)
+    except ImportError:
+        return False
+    return isinstance(found, compat.Task)
+
+
+def check_known(name: str) -> None:
+    """Raise UnknownJobTypeError unless a job of type ``name`` could run: a registered
+    handler (after every installed app's ``jobs.py`` was imported once), the dotted path
+    of one (its module is imported) or of a ``@task``, or a type a resolver answers to.
+    enqueue() calls it when ``SQLQ["CHECK_TYPES"]`` is on."""
+    if name in _handlers or name in _tasks:
+        return
+    if not _discovered:
+        autodiscover()
+        if name in _handlers:
+            return
+    if _load(name) is not None or name in _handlers:
+        return
+    if _is_task(name) or any(resolver(name) is not None for resolver in list(_resolvers)):
+        with _lock:
+            if len(_tasks) < 10_000:
+                _tasks.add(name)
+        return
+    close = suggestions(name)
+    hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise UnknownJobTypeError(
+        f"Unknown job type {name!r}: no @handler or @task answers to it, so no worker "
+        f"could run it.{hint} Handlers register in an installed app's jobs.py; a process "
+        "that enqueues jobs without the handlers' code can set SQLQ['CHECK_TYPES'] = False."
     )
 
 
@@ -322,7 +414,17 @@ def unregister(name: str) -> None:
 
 
 def autodiscover() -> None:
-    """Import each installed app's ``jobs`` module, so its @handler functions register."""
+    """Import each installed app's ``jobs`` module, so its @handler functions register, and,
+    when Django's tasks framework is installed, its ``tasks`` module (where the framework's
+    docs put @task functions), so that the ``@recurring`` schedules above them are declared.
+    The framework itself imports a task's module only to run it: without this, a
+    ``@recurring`` in ``tasks.py`` would never reach the scheduler."""
     from django.utils.module_loading import autodiscover_modules
 
+    from django_sqlq import compat
+
+    global _discovered
     autodiscover_modules("jobs")
+    if compat.AVAILABLE:
+        autodiscover_modules("tasks")
+    _discovered = True

@@ -37,6 +37,13 @@ MAX_UNIQUE_KEY = 255
 MAX_WORKER_ID = 255
 
 
+def number_text(value: float) -> str:
+    """A bound as a person reads it in a message: ``3153600000``, ``86400``, ``0.5``; not
+    ``3.1536e+09`` (``f"{x:g}"``); 100 years is named."""
+    text = str(int(value)) if float(value).is_integer() else repr(float(value))
+    return f"{text} (100 years)" if value == MAX_DELAY_SECONDS else text
+
+
 def check_name(what: str, value: object, *, max_length: int) -> str:
     """A job type or queue name: a non-empty string of at most ``max_length`` characters
     that every engine can store (no NUL, no lone surrogate: PostgreSQL refuses both)."""
@@ -82,8 +89,8 @@ def seconds(
     low_ok = number >= 0 if allow_zero else number > 0
     if not (math.isfinite(number) and low_ok and number <= maximum):
         low = ">= 0" if allow_zero else "> 0"
-        raise error(f"{name} must be a finite number of seconds {low} and <= {maximum:g}, "
-                    f"got {value!r}.")  # fmt: skip
+        raise error(f"{name} must be a finite number of seconds {low} and <= "
+                    f"{number_text(maximum)}, got {value!r}.")  # fmt: skip
     return number
 
 

@@ -219,32 +219,26 @@ class _ChainMoved(Exception):
 
 def _try_lock_targets(ops: QueueOps, targets: Sequence[Blocker]) -> dict[Blocker, str]:
     """One try of :func:`_lock_targets`; raises _ChainMoved when a chain moved on."""
-    lasts: dict[Blocker, int] = {}
-    for target in targets:
-        if target.chain:
-            last = ops.chain_last_step(target.id)
-            if last is None:
-                raise InvalidJobError(
-                    f"depends_on: there is no chain {target.id} (no job with that id or chain id)."
-                )
-            lasts[target] = last
-        else:
-            lasts[target] = target.id
-    rows = ops.mark_waited(list(lasts.values()))
+    roots = [target.id for target in targets if target.chain]
+    # A chain's last step: its highest step, or its first job when it has no other.
+    lasts = ops.chain_last_steps(roots) if roots else {}
+    row_of = {t: lasts.get(t.id, t.id) if t.chain else t.id for t in targets}
+    rows = ops.mark_waited(list(row_of.values()))
+    if roots and ops.chain_last_steps(roots) != lasts:
+        raise _ChainMoved  # a step completed and continued before the lock: read again
     states: dict[Blocker, str] = {}
-    for target, row_id in lasts.items():
+    for target, row_id in row_of.items():
         row = rows.get(row_id)
         if row is None:
             if target.chain:
-                raise _ChainMoved  # the step was deleted since: read the chain again
+                raise InvalidJobError(
+                    f"depends_on: there is no chain {target.id} (no job with that id or chain id)."
+                )
             raise InvalidJobError(
                 f"depends_on: there is no job with id {target.id} (deleted, pruned, or "
                 "never written)."
             )
-        status = row[0]
-        if target.chain and status == statuses.COMPLETED and ops.has_next_step(target.id, row_id):
-            raise _ChainMoved
-        states[target] = status
+        states[target] = row[0]
     return states
 
 
@@ -312,7 +306,7 @@ def resolve(alias: str, ended: Sequence[Ended], *, now: datetime | None = None) 
                 reasons.setdefault(waiter, _reason(Blocker(blocker, chain), source.status))
         # Every job this pass changes, locked first in id order: the fail and the count-off
         # below are two statements, and another completion may count off the same jobs.
-        ops.lock_jobs(sorted({*counts, *broken}))
+        ops.lock_jobs(sorted({*counts, *broken}), [statuses.BLOCKED])
         changed = ops.break_blocked(reasons, now=now) if reasons else []
         gone = {job_id for job_id, _ in changed}
         for waiter, count in broken.items():

@@ -385,10 +385,12 @@ def test_a_bad_continue_with_fails_the_attempt_and_writes_no_step(
     assert job.chain_id is None
 
 
+@override_settings(SQLQ={**settings.SQLQ, "CHECK_TYPES": False})
 def test_continue_with_an_unregistered_name_writes_a_step_that_fails_clearly() -> None:
-    """As enqueue() does (a producer may not have the consumer's handlers), continue_with()
-    accepts a name no handler is registered for: the step completes and its next step fails
-    for good, its last_error naming the missing handler."""
+    """As enqueue() does with SQLQ["CHECK_TYPES"] off (a producer may not have the
+    consumer's handlers), continue_with() accepts a name no handler is registered for: the
+    step completes and its next step fails for good, its last_error naming the missing
+    handler."""
     first = enqueue("advwf.continue_into", {"target": "no.such.handler"})
     run_burst(queues=["default"])
     steps = list(Chain(first.pk).jobs())

@@ -535,7 +535,7 @@ def test_db_worker_options_work_by_their_db_worker_dest_names(tasks, backend, tm
         (["--backend", "retrying", "--queue-name", "emails"], "not queues of TASKS"),
         (["--backend", "retrying", "--queue-name", "*", "--exclude-queues", "reports"], "left"),
         (["--queue-name", "nope"], "Unknown queue"),
-        (["--reload"], "does not reload"),
+        (["--reload"], "--reload cannot be combined with --burst"),
     ],
 )
 @pytest.mark.usefixtures("tasks", "retrying")

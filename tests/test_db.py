@@ -15,6 +15,7 @@ from django_sqlq import bulk_enqueue, lifecycle
 from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -281,6 +282,32 @@ def test_a_worker_tidies_after_many_claims(monkeypatch):
     Worker().run(burst=True, install_signal_handlers=False)
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 60
     assert bool(tidied) == (connection.vendor == "postgresql")
+
+
+def test_a_worker_vacuums_once_its_queue_goes_quiet(spawn_worker):
+    """A stream's last jobs leave dead rows that no later claim will tidy: a worker that
+    claimed QUIET_MIN jobs since its last VACUUM runs one when the queue goes quiet (issue
+    22; this server runs with autovacuum off)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("VACUUM of the jobs table: PostgreSQL")
+    from django_sqlq.worker.maintenance.tidier import QUIET_MIN
+
+    def last_vacuum() -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'sqlq_job'"
+            )
+            return cursor.fetchone()[0]
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        before = cursor.fetchone()[0]
+    bulk_enqueue("tests.noop", [{} for _ in range(QUIET_MIN + 50)])
+    worker = spawn_worker()
+    wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == QUIET_MIN + 50, 60)
+    # The queue is quiet now; the worker's VACUUM follows within QUIET_POLLS poll intervals.
+    wait_for(lambda: (last_vacuum() or before) > before, 30)
+    assert worker.proc.poll() is None, worker.output()
 
 
 def test_delete_is_one_conditional_statement_even_with_delete_receivers():

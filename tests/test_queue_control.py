@@ -392,10 +392,13 @@ def test_a_worker_refuses_a_limit_on_a_queue_it_does_not_serve() -> None:
 
 def test_sqlq_queue_status_names_and_aliases() -> None:
     out = io.StringIO()
-    call_command("sqlq_queue", "status", "emails", "nowhere", stdout=out)
+    call_command("sqlq_queue", "status", "emails", "reports", stdout=out)
     assert [line.split()[:2] for line in out.getvalue().splitlines()[1:]] == [
         ["emails", "running"],
-        ["nowhere", "running"],
+        ["reports", "running"],
     ]
+    # A name nothing knows is refused (issue 26: it exited 0, listing it as running).
+    with pytest.raises(CommandError, match="Unknown queue 'nowhere'"):
+        call_command("sqlq_queue", "status", "emails", "nowhere", stdout=io.StringIO())
     with pytest.raises(CommandError, match="Unknown database alias"):
         call_command("sqlq_queue", "status", "--database", "nope")

@@ -352,6 +352,30 @@ def test_task_schedules_from_settings_and_recurring(
 
 
 @db
+def test_a_recurring_task_in_an_apps_tasks_py_is_found_by_the_worker() -> None:
+    """``@recurring`` above a ``@task`` in ``tasks.py`` (where Django's docs put tasks) of
+    an app with no ``jobs.py``: the scheduler imports it as it imports ``jobs.py``, with
+    nothing imported by the test (docs/howto/recurring-jobs.md#testing), and runs its
+    ticks."""
+    installed = [*settings.INSTALLED_APPS, "tests.recurringapp"]
+    try:
+        with override_settings(INSTALLED_APPS=installed):
+            clock = Clock(at("2026-01-10 04:14:30"))
+            worker = Worker(clock=clock)
+            worker.scheduler.prepare()
+            assert "recurringapp-nightly" in worker.scheduler.schedules
+            assert worker.scheduler.enqueue_due() == []
+            clock.now = at("2026-01-10 04:15:00")
+            won = worker.scheduler.enqueue_due()
+            assert [name for name, _, _ in won] == ["recurringapp-nightly"]
+        run_burst()
+    finally:
+        schedules.undeclare("recurringapp-nightly")
+    job = Job.objects.get(type="tests.recurringapp.tasks.nightly")
+    assert (job.status, job.result) == ("completed", "done")
+
+
+@db
 def test_a_schedule_for_an_unknown_type_stops_the_worker(
     with_schedule: Callable[[dict[str, Any]], None],
 ) -> None:

@@ -208,6 +208,7 @@ def test_raise_errors_raises_after_recording_the_attempt():
     assert job.status == "failed"
 
 
+@override_settings(SQLQ={**settings.SQLQ, "CHECK_TYPES": False})
 def test_an_unknown_type_fails_the_job():
     job = enqueue("tests.testing.nobody_handles_this", max_attempts=1)
     assert run_jobs().failed == 1

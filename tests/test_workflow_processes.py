@@ -358,6 +358,8 @@ FAN_IN_SECONDS = 10.0
 def _finished_before(waiter: Job) -> list[str]:
     """What ``waiter`` depended on that had not completed when it started."""
     late = []
+    assert waiter.depends_on is not None
+    assert waiter.started_at is not None
     for target in waiter.depends_on:
         if "job" in target:
             deps = Job.objects.filter(pk=target["job"])
@@ -366,7 +368,8 @@ def _finished_before(waiter: Job) -> list[str]:
                 pk=target["chain"]
             )
         for dep in deps:
-            if dep.status != JobStatus.COMPLETED or dep.completed_at > waiter.started_at:
+            done = dep.completed_at
+            if dep.status != JobStatus.COMPLETED or done is None or done > waiter.started_at:
                 late.append(f"{target}: job {dep.pk} {dep.status} at {dep.completed_at}")
     return late
 

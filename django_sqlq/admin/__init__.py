@@ -14,7 +14,8 @@ Split as ``django.contrib.admin`` is; a module per part:
 - :mod:`~django_sqlq.admin.dashboard`: the dashboard's views (its numbers come from
   :mod:`django_sqlq.dashboard`) and its entry in the admin index;
 - :mod:`~django_sqlq.admin.workers`: the workers' list;
-- :mod:`~django_sqlq.admin.schedules`: the recurring jobs, with "run now";
+- :mod:`~django_sqlq.admin.schedules`: the recurring jobs, with "run now", and the
+  schedules stored in the database (``DatabaseScheduleAdmin``);
 - :mod:`~django_sqlq.admin.display`: badges, dates, JSON and links the pages share.
 
 This module registers the models with the default admin site (Django's autodiscovery imports
@@ -51,9 +52,16 @@ from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
 from django_sqlq.admin.job_page import JobPageAdmin
 from django_sqlq.admin.jobs import AllJobsAdmin, FailedJobAdmin, JobAdmin
 from django_sqlq.admin.pagination import BoundedCountPaginator, JobChangeList, NulSafeChangeList
-from django_sqlq.admin.schedules import ScheduleAdmin
+from django_sqlq.admin.schedules import DatabaseScheduleAdmin, ScheduleAdmin
 from django_sqlq.admin.workers import WorkerProcessAdmin
-from django_sqlq.models import FailedJob, Job, QueueDashboard, ScheduleTick, WorkerProcess
+from django_sqlq.models import (
+    DatabaseSchedule,
+    FailedJob,
+    Job,
+    QueueDashboard,
+    ScheduleTick,
+    WorkerProcess,
+)
 
 __all__ = [
     "ACTION_CHUNK",
@@ -67,6 +75,7 @@ __all__ = [
     "AllJobsAdmin",
     "BoundedCountPaginator",
     "ChainViews",
+    "DatabaseScheduleAdmin",
     "FailedJobAdmin",
     "JobAction",
     "JobAdmin",
@@ -94,3 +103,4 @@ admin.site.register(FailedJob, FailedJobAdmin)
 admin.site.register(QueueDashboard, QueueDashboardAdmin)
 admin.site.register(WorkerProcess, WorkerProcessAdmin)
 admin.site.register(ScheduleTick, ScheduleAdmin)
+admin.site.register(DatabaseSchedule, DatabaseScheduleAdmin)

@@ -539,31 +539,22 @@ class QueueOps:
                 found.update({row[0]: (str(row[1]), row[2]) for row in cursor.fetchall()})
         return found
 
-    def chain_last_step(self, root: int) -> int | None:
-        """The id of chain ``root``'s last step written so far (not locked: see
-        :meth:`mark_waited`); None when the chain has no job (never written, or pruned)."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM {self.table} WHERE chain_id = %(root)s "
-                f"ORDER BY chain_index DESC LIMIT 1",
-                {"root": root},
-            )
-            row = cursor.fetchone()
-            if row is None:  # a job that never continued: a chain of one
-                cursor.execute(f"SELECT id FROM {self.table} WHERE id = %(root)s", {"root": root})
-                row = cursor.fetchone()
-        return None if row is None else int(row[0])
-
-    def has_next_step(self, root: int, job_id: int) -> bool:
-        """Whether chain ``root`` has a step after the job ``job_id``."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT 1 FROM {self.table} WHERE chain_id = %(root)s AND chain_index > "
-                f"COALESCE((SELECT chain_index FROM {self.table} WHERE id = %(job)s), 0) "
-                f"LIMIT 1",
-                {"root": root, "job": job_id},
-            )
-            return cursor.fetchone() is not None
+    def chain_last_steps(self, roots: Sequence[int]) -> dict[int, int]:
+        """{root: id of its last step written so far} for the chains ``roots`` that have
+        more than their first job (a chain's steps are written one after another, so its
+        last step has its highest id). Not locked: see :meth:`mark_waited`. One statement
+        per chunk of roots, on the chains' index."""
+        lasts: dict[int, int] = {}
+        ids = sorted(set(roots))
+        for start in range(0, len(ids), IN_CHUNK):
+            in_sql, params = self.in_list_sql("chain_id", ids[start : start + IN_CHUNK], "roots")
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT chain_id, MAX(id) FROM {self.table} WHERE {in_sql} GROUP BY chain_id",
+                    params,
+                )
+                lasts.update((int(row[0]), int(row[1])) for row in cursor.fetchall())
+        return lasts
 
     def add_blockers(
         self,
@@ -645,11 +636,13 @@ class QueueOps:
                 deleted.extend((row[0], str(row[1]), row[2]) for row in cursor.fetchall())
         return deleted
 
-    def lock_jobs(self, job_ids: Sequence[int]) -> None:
-        """Lock the rows of the jobs ``job_ids`` until the transaction ends, in id order
-        (PostgreSQL): the blocked jobs a resolution is about to fail, cancel or count off,
-        so that two resolutions over overlapping jobs take them in one order and cannot
-        wait for each other. SQLite: nothing (one writer at a time)."""
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
+        """Lock the rows of the jobs ``job_ids`` that are in one of ``statuses`` until the
+        transaction ends, in id order (PostgreSQL): the jobs a statement of several steps
+        (a resolution, an operator's action) is about to change, so that two of them over
+        overlapping jobs take them in one order and cannot wait for each other. Only those
+        it changes: a running job another transaction holds (a worker completing it) is not
+        waited for. SQLite: nothing (one writer at a time)."""
 
     def start_chain(self, job_id: int) -> None:
         """Make the job ``job_id`` the first step of a chain (as it continues)."""

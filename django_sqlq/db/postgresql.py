@@ -175,22 +175,27 @@ class PostgreSQLOps(QueueOps):
         )
 
     def finished_lock_sql(self, *, unwaited: bool, skip_locked: bool) -> str:
+        # The batch's rows by their ids (the primary key), whatever the statistics say:
+        # ``status || ''`` is an expression no index covers. Driven from the lease index's
+        # "processing" rows instead, a completion read every running job once per job of
+        # its batch once a VACUUM without ANALYZE had updated the table's size (a drain at
+        # 0.4-0.6x).
         where = (
-            f"id = ANY(%(done_ids)s) AND {self.unindexed('status')} = 'processing' "
-            f"AND locked_by = %(worker_id)s"
+            "id = ANY(%(done_ids)s) AND (status || '') = 'processing' "
+            "AND locked_by = %(worker_id)s"
         )
         if unwaited:
             where += " AND waited_on IS NULL"
         return f"AND {self.in_id_order(where, skip_locked=skip_locked)} "
 
-    def lock_jobs(self, job_ids: Sequence[int]) -> None:
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
         if not job_ids:
             return
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) "
-                f"ORDER BY id FOR NO KEY UPDATE",
-                {"ids": sorted(set(job_ids))},
+                f"AND status = ANY(%(statuses)s) ORDER BY id FOR NO KEY UPDATE",
+                {"ids": sorted(set(job_ids)), "statuses": list(statuses)},
             )
 
     def in_list_sql(

@@ -41,6 +41,10 @@ PREFETCH_HOLD = 0.5
 PREFETCH_COOLDOWN = 5.0
 
 
+#: Transient database errors in a row after which a --burst worker stops.
+BURST_TRIES = 5
+
+
 class Claimer:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -60,6 +64,7 @@ class Claimer:
         staging = worker.staging
         failures = 0
         last_claim = 0.0
+        quiet_since = time.monotonic()  # since when claims found nothing while nothing ran
         queue_may_have_more = True
         changes = ChangeWatch(worker)
         control = worker.queue_control
@@ -102,11 +107,13 @@ class Claimer:
                     failures = 0
                 except DatabaseError as exc:
                     failures += 1
-                    self._database_trouble("claim", exc, failures)
+                    self._database_trouble("claim", exc, failures, burst=burst)
                     completer.flush(idle=pool.busy == 0)
                     continue
                 last_claim = time.monotonic()
                 queue_may_have_more = len(claimed) == limit or control.full()
+                if claimed or not idle:
+                    quiet_since = last_claim
                 if claimed:
                     control.claimed(job.queue for job in claimed)
                     worker.held.add(job.id for job in claimed)
@@ -119,6 +126,7 @@ class Claimer:
                     continue
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
+                worker.tidier.quiet(last_claim - quiet_since, worker.poll_interval)
             completer.flush(idle=pool.busy == 0)
             self.give_back_waiting()
             self.summary.log()
@@ -265,10 +273,22 @@ class Claimer:
             extra={"job_ids": ids},
         )
 
-    def _database_trouble(self, what: str, exc: DatabaseError, failures: int) -> None:
-        """Log a database error, drop the connection if it is broken, and back off."""
-        if not is_transient(exc) and is_missing_table(exc):
+    def _database_trouble(
+        self, what: str, exc: DatabaseError, failures: int, *, burst: bool = False
+    ) -> None:
+        """Log a database error, drop the connection if it is broken, and back off. A
+        ``--burst`` worker (a cron job, a CI step) stops instead, with the error: at once
+        for an error that waiting does not cure, after BURST_TRIES for a transient one."""
+        transient = is_transient(exc)
+        if not transient and is_missing_table(exc):
             raise WorkerError(
                 "The jobs table does not exist: run `python manage.py migrate` first."
+            ) from exc
+        if burst and (not transient or failures >= BURST_TRIES):
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            raise WorkerError(
+                f"Worker {self.worker_id} stopped: database error during {what} "
+                f"({type(exc).__name__}: {cause}); a --burst worker does not wait for the "
+                "database to recover. Has `python manage.py migrate` been run?"
             ) from exc
         self.worker.stop_event.wait(back_off(self.worker, what, exc, failures))

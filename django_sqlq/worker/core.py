@@ -256,11 +256,12 @@ class Worker:
             self._unregister()
             connections.close_all()
         logger.info(
-            "Worker %s stopped: %d done, %d failed, %d retried",
+            "Worker %s stopped: %d done, %d failed, %d retried, %d cancelled",
             self.worker_id,
             self.jobs_done,
             self.jobs_failed - self.jobs_retried,
             self.jobs_retried,
+            self.completer.jobs_cancelled,
         )
         return self.jobs_done + self.jobs_failed + self.completer.jobs_cancelled
 

@@ -7,6 +7,7 @@ from django.db import DatabaseError, connections
 from django_sqlq.db import is_missing_table
 from django_sqlq.exceptions import SQLQError
 from django_sqlq.models import Job
+from django_sqlq.schema import UnappliedMigrationsError, check_migrated
 
 
 class WorkerError(SQLQError, RuntimeError):
@@ -44,4 +45,11 @@ def check_ready(database: str) -> None:
         # Unreachable (down, wrong host or credentials, a missing directory): one line
         # naming the database and the cause, not a traceback; the process manager
         # restarts the worker.
+        raise WorkerError(unreachable(database, exc)) from exc
+    try:
+        check_migrated(database)
+    except UnappliedMigrationsError as exc:
+        # Upgraded without `migrate`: the claim would fail on a missing column for ever.
+        raise WorkerError(str(exc)) from exc
+    except DatabaseError as exc:
         raise WorkerError(unreachable(database, exc)) from exc

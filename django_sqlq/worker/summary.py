@@ -19,7 +19,7 @@ class Summary:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.at = 0.0  # time.monotonic() of the last line (or of the start)
-        self.counts = (0, 0, 0)  # jobs done, failed, retried at that time
+        self.counts = (0, 0, 0, 0)  # jobs done, failed, retried, cancelled at that time
 
     def start(self) -> None:
         self.at = time.monotonic()
@@ -27,7 +27,8 @@ class Summary:
     def next_at(self) -> float | None:
         """When the next line is due, or None while no job was finished since the last."""
         worker = self.worker
-        if (worker.jobs_done, worker.jobs_failed) == self.counts[:2]:
+        finished = (worker.jobs_done, worker.jobs_failed, worker.completer.jobs_cancelled)
+        if finished == (self.counts[0], self.counts[1], self.counts[3]):
             return None
         return self.at + SUMMARY_INTERVAL
 
@@ -38,18 +39,26 @@ class Summary:
         if elapsed < SUMMARY_INTERVAL:
             return
         worker = self.worker
-        counts = (worker.jobs_done, worker.jobs_failed, worker.jobs_retried)
-        done, failed, retried = (a - b for a, b in zip(counts, self.counts, strict=True))
+        counts = (
+            worker.jobs_done,
+            worker.jobs_failed,
+            worker.jobs_retried,
+            worker.completer.jobs_cancelled,
+        )
+        done, failed, retried, cancelled = (
+            a - b for a, b in zip(counts, self.counts, strict=True)
+        )
         self.at, self.counts = now, counts
-        if done or failed:
+        if done or failed or cancelled:
             logger.info(
-                "Worker %s: %d completed, %d failed, %d retried in %.1fs (%.1f jobs/s); "
-                "%d running",
+                "Worker %s: %d completed, %d failed, %d retried, %d cancelled in %.1fs "
+                "(%.1f jobs/s); %d running",
                 worker.worker_id,
                 done,
                 failed - retried,
                 retried,
+                cancelled,
                 elapsed,
-                (done + failed) / elapsed,
+                (done + failed + cancelled) / elapsed,
                 len(worker.pool.running),
             )

@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
 
     rng = random.Random(seed)
     waiters: list[int] = []
-    fan_ins: list = []
+    fan_ins: list[Job] = []
     rounds = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -70,6 +70,24 @@ def test_the_tidier_starts_after_tidy_every_claims_and_not_while_too_soon(monkey
     assert tidier.since == 10
 
 
+def test_a_quiet_queue_is_tidied_once_after_enough_claims(monkeypatch):
+    tidier = Tidier(Worker())
+    tidier.off = False  # as on PostgreSQL
+    started = []
+    monkeypatch.setattr(tidier, "start", lambda: started.append(True))
+    tidier.claimed(tidier_module.QUIET_MIN - 1)
+    tidier.quiet(60.0, 1.0)  # too few claims since the last VACUUM
+    assert started == []
+    tidier.claimed(1)
+    tidier.quiet(tidier_module.QUIET_POLLS * 1.0 - 0.5, 1.0)  # a lull, not a quiet queue
+    assert started == []
+    tidier.quiet(tidier_module.QUIET_POLLS * 1.0, 1.0)
+    assert started == [True]
+    assert tidier.since == 0
+    tidier.quiet(3600.0, 1.0)  # still quiet: nothing claimed since, nothing to tidy
+    assert started == [True]
+
+
 def test_the_tidier_never_starts_where_nothing_needs_it(monkeypatch):
     tidier = Tidier(Worker())
     tidier.off = True  # as on SQLite

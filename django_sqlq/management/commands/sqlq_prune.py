@@ -17,15 +17,16 @@ import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_sqlq import retention
 from django_sqlq import statuses as job_statuses
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+from django_sqlq.management.base import SQLQCommand, queue_database
 from django_sqlq.management.commands.sqlq_worker import queue_name
-from django_sqlq.validation import MAX_DELAY_SECONDS, check_name
+from django_sqlq.validation import MAX_DELAY_SECONDS, check_name, number_text
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -55,7 +56,7 @@ def duration(value: str) -> float:
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if not 0 <= seconds <= MAX_DELAY_SECONDS:
         raise argparse.ArgumentTypeError(
-            f"must be between 0 and {MAX_DELAY_SECONDS:g} seconds, got {value!r}"
+            f"must be between 0 and {number_text(MAX_DELAY_SECONDS)} seconds, got {value!r}"
         )
     return seconds
 
@@ -97,7 +98,7 @@ def _split(values: list[str] | str | None) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
-class Command(BaseCommand):
+class Command(SQLQCommand):
     help = (
         "Delete finished jobs (completed, failed, cancelled) older than SQLQ['KEEP_FINISHED'], "
         "or than --older-than. Scheduled, pending and processing jobs are never deleted."
@@ -204,6 +205,7 @@ class Command(BaseCommand):
             for status in (job_statuses.FAILED, job_statuses.CANCELLED):
                 if status in chosen:
                     keep[status] = failed_min_age_days * 86400
+        queue_database(alias)  # every migration applied, or a message naming migrate
         self._describe(keep, verbosity)
         try:
             if dry_run:
@@ -296,7 +298,7 @@ class Command(BaseCommand):
         if verbosity < 2:
             return
         for status, seconds in keep.items():
-            kept = "for ever" if seconds is None else f"{seconds:g} s"
+            kept = "for ever" if seconds is None else f"{number_text(seconds)} s"
             self.stdout.write(f"Keeping {status} jobs {kept}.")
 
     def _dry_run(

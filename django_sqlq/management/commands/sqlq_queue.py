@@ -5,26 +5,44 @@
 - ``resume NAME...``: workers claim from them again.
 - ``status [NAME...]``: every known queue (or those named): paused or not, pending, scheduled
   and running jobs, and its limits (``SQLQ["QUEUE_LIMITS"]``).
+
+A name no setting, worker, job or earlier pause knows is refused (a typo would otherwise
+pause a queue nobody uses, and stay listed): ``--new`` names a queue no worker serves yet.
 """
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connections
+from django.core.management.base import CommandError, CommandParser
+from django.db import DatabaseError
 
 from django_sqlq import queues as queue_control
-from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError, InvalidJobError
+from django_sqlq.exceptions import InvalidJobError
+from django_sqlq.management.base import SQLQCommand, queue_database
+
+ACTIONS_HELP = (
+    "pause: workers on every host stop claiming from the named queues within a second "
+    "(running jobs finish, enqueue() still works); resume: they claim from them again; "
+    "status: each known queue (or those named) with its state, pending, scheduled and "
+    "running jobs, and its limits."
+)
 
 
-class Command(BaseCommand):
+class Command(SQLQCommand):
     help = "Pause or resume queues, or show each queue's state and limits."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["pause", "resume", "status"])
+        parser.add_argument("action", choices=["pause", "resume", "status"], help=ACTIONS_HELP)
         parser.add_argument("names", nargs="*", metavar="NAME", help="Queue names.")
+        parser.add_argument(
+            "--new",
+            action="store_true",
+            help="pause/resume: accept a queue name nothing knows yet (no setting, worker, "
+            "job or earlier pause): a queue about to be used. Without it such a name is "
+            "refused, as a likely typo.",
+        )
         parser.add_argument(
             "--database",
             default=None,
@@ -33,27 +51,27 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *, action: str, names: list[str], database: str | None, **options: Any
+        self,
+        *,
+        action: str,
+        names: list[str],
+        database: str | None,
+        new: bool = False,
+        **options: Any,
     ) -> None:
-        try:
-            get_settings()
-        except ConfigurationError as exc:
-            raise CommandError(str(exc)) from exc
-        if database is not None and database not in connections.settings:
-            raise CommandError(
-                f"Unknown database alias {database!r}; known: {', '.join(connections.settings)}.",
-                returncode=2,
-            )
+        alias = queue_database(database)
         names = list(dict.fromkeys(names))
         try:
-            if action == "status":
-                self._status(names, database)
-                return
-            if not names:
+            if action != "status" and not names:
                 raise CommandError(f"Name the queue(s) to {action}.", returncode=2)
+            if names and not (new and action != "status"):
+                self._refuse_unknown(names, alias, action)
+            if action == "status":
+                self._status(names, alias)
+                return
             change = queue_control.pause_queue if action == "pause" else queue_control.resume_queue
             for name in names:
-                changed = change(name, database=database)
+                changed = change(name, database=alias)
                 done = "paused" if action == "pause" else "resumed"
                 self.stdout.write(
                     f"Queue {name} {done}." if changed else f"Queue {name} was already {done}."
@@ -65,7 +83,34 @@ class Command(BaseCommand):
                 f"Could not reach the queue database ({exc}); has `migrate` been run?"
             ) from exc
 
-    def _status(self, names: list[str], database: str | None) -> None:
+    def _refuse_unknown(self, names: list[str], alias: str, action: str) -> None:
+        """A CommandError for the names no setting, worker, job or earlier pause knows,
+        with the close known names; a name that is not a queue name at all first."""
+        from django_sqlq import validation
+
+        for name in names:
+            validation.check_name("queue name", name, max_length=100)
+        known = queue_control.known_queues(database=alias)
+        unknown = [name for name in names if name not in known]
+        if not unknown:
+            return
+        lines = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            lines.append(
+                f"Unknown queue {name!r}" + (f": did you mean {close[0]!r}?" if close else ".")
+            )
+        hint = (
+            f" To {action} a queue no worker serves yet, add --new." if action != "status" else ""
+        )
+        raise CommandError(
+            " ".join(lines)
+            + f" Known queues: {', '.join(known) or 'none'} (SQLQ['QUEUES'], the tasks "
+            "backends' QUEUES, QUEUE_LIMITS, queues with jobs waiting or running, workers' "
+            f"--queue, queues paused before).{hint}"
+        )
+
+    def _status(self, names: list[str], database: str) -> None:
         states = queue_control.queue_states(database=database)
         if names:
             known = {state.name: state for state in states}

@@ -14,14 +14,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.limits import parse_queue_option
-from django_sqlq.validation import MAX_INTERVAL_SECONDS
+from django_sqlq.management.base import SQLQCommand
+from django_sqlq.validation import MAX_INTERVAL_SECONDS, number_text
 from django_sqlq.worker import Worker, WorkerError, unreachable
 
 # -v: (level of the django_sqlq loggers, level of the per-job lines). At the default (1),
@@ -67,7 +68,8 @@ def positive_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
     if not (number > 0 and number <= MAX_INTERVAL_SECONDS):
         raise argparse.ArgumentTypeError(
-            f"must be a number of seconds > 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+            f"must be a number of seconds > 0 and <= "
+            f"{number_text(MAX_INTERVAL_SECONDS)}, got {value}"
         )
     return number
 
@@ -114,7 +116,8 @@ def interval_seconds(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
     if not (number >= 0 and number <= MAX_INTERVAL_SECONDS):
         raise argparse.ArgumentTypeError(
-            f"must be a number of seconds >= 0 and <= {MAX_INTERVAL_SECONDS:g}, got {value}"
+            f"must be a number of seconds >= 0 and <= "
+            f"{number_text(MAX_INTERVAL_SECONDS)}, got {value}"
         )
     return number
 
@@ -201,7 +204,7 @@ def usage_error(message: str) -> CommandError:
     return CommandError(message, returncode=2)
 
 
-class Command(BaseCommand):
+class Command(SQLQCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
 
     def execute(self, *args: Any, **options: Any) -> str | None:
@@ -267,6 +270,13 @@ class Command(BaseCommand):
             help="Database alias that holds the jobs table (default: SQLQ['DATABASE']).",
         )
         parser.add_argument(
+            "--reload",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="Restart the worker when a Python file it imported changes, gracefully (as "
+            "at SIGTERM), with Django's autoreloader. For development, not production.",
+        )
+        parser.add_argument(
             "--worker-id",
             default=None,
             type=worker_name,
@@ -321,12 +331,6 @@ class Command(BaseCommand):
             dest="startup_delay",
             action="store_false",
             help="Accepted and ignored: sqlq_worker has no startup delay (claims never collide).",
-        )
-        db_worker.add_argument(
-            "--reload",
-            action=argparse.BooleanOptionalAction,
-            default=False,
-            help="Only --no-reload is accepted: restart workers from your process manager.",
         )
 
     def handle(  # noqa: C901 (one check per option, db_worker's spellings included)
@@ -388,14 +392,11 @@ class Command(BaseCommand):
         ):
             if both:
                 raise usage_error(f"Give {ours} or {theirs} (db_worker's name for it), not both.")
-        if reload:
-            raise usage_error(
-                "sqlq_worker does not reload on code changes; run it under a process manager "
-                "(or a file watcher) that restarts it, and drop --reload."
-            )
         poll_interval = interval if interval is not None else poll_interval
         max_jobs = max_tasks if max_tasks is not None else max_jobs
         burst = burst or batch
+        if reload:
+            self._check_reload(burst=burst, processes=processes)
         all_queues = False
         if queue_names == ["*"]:
             all_queues, queues = True, None
@@ -421,6 +422,11 @@ class Command(BaseCommand):
                     "django_sqlq's tasks backends)."
                 )
         self._configure_logging(verbosity)
+        if reload:
+            from django_sqlq import reloader
+
+            if not reloader.in_child():
+                sys.exit(reloader.run_parent(self.stdout))
         self._configure_task_logging(verbosity)
         self._serve_tasks()
         worker_kwargs: dict[str, Any] = {
@@ -457,6 +463,11 @@ class Command(BaseCommand):
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         try:
+            if reload:
+                from django_sqlq import reloader
+
+                code = reloader.run_child(worker)
+                sys.exit(1 if worker.forced else code)
             worker.run(burst=burst)
         except (WorkerError, ConfigurationError) as exc:  # a bad schedule: named at start
             raise CommandError(str(exc)) from exc
@@ -482,6 +493,17 @@ class Command(BaseCommand):
             if most is not None:
                 limits[name] = most
         return names
+
+    def _check_reload(self, *, burst: bool, processes: int) -> None:
+        """--reload: one long-running worker, started from a command line."""
+        for given, option in ((burst, "--burst"), (processes > 1, "--processes")):
+            if given:
+                raise usage_error(f"--reload cannot be combined with {option}.")
+        if not getattr(self, "_called_from_command_line", False):
+            raise usage_error(
+                "--reload restarts the command line it was given: run `manage.py sqlq_worker "
+                "--reload` in a shell, not call_command()."
+            )
 
     def _check_schedules(self) -> None:
         from django_sqlq import registry, schedules

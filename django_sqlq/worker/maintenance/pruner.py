@@ -56,8 +56,8 @@ class Pruner(PeriodicService):
             reset_connection(worker.database)
             return
         self.last = result
-        if result.total:
-            logger.info(
+        if result.total:  # routine: a DEBUG line (-v 3), one per pass that deleted jobs
+            logger.debug(
                 "Worker %s: pruned %d finished job(s) (%s) in %.2fs",
                 worker.worker_id,
                 result.total,
