@@ -85,10 +85,10 @@ def with_context(payload: Any, context: Any) -> dict[str, Any]:  # noqa: ARG001 
 
 
 from tests.testapp import (  # noqa: E402, F401
-    adv27_jobs,
     adversary2_workflow_jobs,
     adversary_workflow_jobs,
     atomic_jobs,
+    contention_jobs,
     fault_jobs,
     workflow_jobs,
 )

@@ -1,7 +1,7 @@
-"""Processes for tests/test_adv27.py (issue 27 adversary):
+"""Processes for tests/test_workflow_contention.py (issue 27 adversary):
 
-``python -m tests.adv27_procs enqueue SECONDS PATH MODE SEED``: rounds of groups of
-adv27.* jobs (some chains, some atomic, some "victims" an operator cancels, deletes and
+``python -m tests.faults.contention_procs enqueue SECONDS PATH MODE SEED``: rounds of groups of
+contention.* jobs (some chains, some atomic, some "victims" an operator cancels, deletes and
 retries) and, while workers finish them, jobs that wait for them in awkward shapes: a
 diamond (a job waiting for W and for W's own dependency, and W's chain), several
 enqueues in one transaction whose dependencies come in descending then ascending id
@@ -11,7 +11,7 @@ enqueue alone. Prints ``rounds N``, ``waiters ID,...`` and ``missing N`` (enqueu
 named a victim the operator had deleted: InvalidJobError, documented); exits 1 with the
 traceback on any other error.
 
-``python -m tests.adv27_procs operate SECONDS SEED``: for SECONDS, cancel (public cancel(), lifecycle.cancel_or_request),
+``python -m tests.faults.contention_procs operate SECONDS SEED``: for SECONDS, cancel (public cancel(), lifecycle.cancel_or_request),
 delete, retry and run-now random victims, in batches whose ids come in random order.
 Prints ``ops N``.
 """
@@ -54,7 +54,9 @@ def enqueue_main(argv: list[str]) -> int:
         return {"path": path, "name": name, **extra}
 
     def work(name: str, **extra):
-        return ("adv27.atomic" if extra.get("atomic") else "adv27.work"), spec(name, **extra)
+        return ("contention.atomic" if extra.get("atomic") else "contention.work"), spec(
+            name, **extra
+        )
 
     while time.monotonic() < deadline:
         r = f"{mode}{rounds}"
@@ -68,12 +70,13 @@ def enqueue_main(argv: list[str]) -> int:
             payloads.append(spec(f"{r}-{i}", **extra))
         plain = [p for p in payloads if not p.get("atomic")]
         atomic = [p for p in payloads if p.get("atomic")]
-        group = list(bulk_enqueue("adv27.work", plain)) if plain else []
+        group = list(bulk_enqueue("contention.work", plain)) if plain else []
         if atomic:
-            group += list(bulk_enqueue("adv27.atomic", atomic))
+            group += list(bulk_enqueue("contention.atomic", atomic))
         victims = list(
             bulk_enqueue(
-                "adv27.work", [spec(f"victim{r}-{k}", sleep=rng.choice((0.3, 0.8))) for k in range(2)]
+                "contention.work",
+                [spec(f"victim{r}-{k}", sleep=rng.choice((0.3, 0.8))) for k in range(2)],
             )
         )
         heads = [j for j in group if j.payload.get("next")]
@@ -119,18 +122,25 @@ def enqueue_main(argv: list[str]) -> int:
                             )
                         )
                         made.append(
-                            enqueue(*work(f"{r}-ids"), depends_on=[j.pk for j in reversed(pool[:5])])
+                            enqueue(
+                                *work(f"{r}-ids"), depends_on=[j.pk for j in reversed(pool[:5])]
+                            )
                         )
                     elif step == "then":
                         extra = [rng.choice(everything)] if everything else []
                         made.append(
-                            JobGroup(group).then("adv27.work", spec(f"{r}-fan"), depends_on=extra)
+                            JobGroup(group).then(
+                                "contention.work", spec(f"{r}-fan"), depends_on=extra
+                            )
                         )
                     elif step == "bulk":
-                        deps = [rng.choice(group), *(h.chain for h in rng.sample(heads, min(2, len(heads))))]
+                        deps = [
+                            rng.choice(group),
+                            *(h.chain for h in rng.sample(heads, min(2, len(heads)))),
+                        ]
                         made.extend(
                             bulk_enqueue(
-                                "adv27.work",
+                                "contention.work",
                                 [spec(f"{r}-b{k}") for k in range(3)],
                                 depends_on=deps,
                             )
@@ -146,7 +156,7 @@ def enqueue_main(argv: list[str]) -> int:
                             )
                     elif step == "victim":
                         blocked_victim = enqueue(
-                            "adv27.work",
+                            "contention.work",
                             spec(f"victim{r}-blk", sleep=0.2),
                             depends_on=[rng.choice(group)],
                         )
@@ -189,8 +199,10 @@ def operate_main(argv: list[str]) -> int:
     ops = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        jobs = Job.objects.all() if scope == "all" else Job.objects.filter(
-            payload__name__startswith="victim"
+        jobs = (
+            Job.objects.all()
+            if scope == "all"
+            else Job.objects.filter(payload__name__startswith="victim")
         )
         victims = list(jobs.values_list("pk", "status"))
         if not victims:
@@ -206,11 +218,19 @@ def operate_main(argv: list[str]) -> int:
             lifecycle.cancel_or_request(pick)
         elif action == "delete":
             lifecycle.delete(
-                [pk for pk, status in victims[:6] if status in (JobStatus.BLOCKED, JobStatus.PENDING)]
+                [
+                    pk
+                    for pk, status in victims[:6]
+                    if status in (JobStatus.BLOCKED, JobStatus.PENDING)
+                ]
             )
         elif action == "retry":
             lifecycle.retry_now(
-                [pk for pk, status in victims if status in (JobStatus.CANCELLED, JobStatus.FAILED)][:6]
+                [
+                    pk
+                    for pk, status in victims
+                    if status in (JobStatus.CANCELLED, JobStatus.FAILED)
+                ][:6]
             )
         else:
             lifecycle.run_now(pick)

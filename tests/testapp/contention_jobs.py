@@ -1,4 +1,4 @@
-"""Handlers for tests/test_adv27.py (issue 27, an adversary's process tests): work that
+"""Handlers for tests/test_workflow_contention.py (issue 27, an adversary's process tests): work that
 reports progress while it runs, optionally continues a chain, plain or atomic. Each run
 appends ``"<name> <pid>"`` to ``payload["path"]`` at its end."""
 
@@ -32,15 +32,15 @@ def _work(payload: dict[str, Any], context: JobContext) -> str:
 
 
 def context_type(payload: dict[str, Any]) -> str:
-    return "adv27.atomic" if payload.get("atomic") else "adv27.work"
+    return "contention.atomic" if payload.get("atomic") else "contention.work"
 
 
-@handler("adv27.work", takes_context=True)
+@handler("contention.work", takes_context=True)
 def work(payload: dict[str, Any], context: JobContext) -> str:
     return _work(payload, context)
 
 
-@handler("adv27.atomic", atomic=True, takes_context=True)
+@handler("contention.atomic", atomic=True, takes_context=True)
 def atomic(payload: dict[str, Any], context: JobContext) -> str:
-    Order.objects.create(item=f"adv27 {payload['name']} {context.attempt}")
+    Order.objects.create(item=f"contention {payload['name']} {context.attempt}")
     return _work(payload, context)
