@@ -64,7 +64,9 @@ def _project(
     return env
 
 
-def _manage(env: dict[str, str], *args: str, stdin: str | None = None, check: bool = True):
+def _manage(
+    env: dict[str, str], *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "django", *args],
         cwd=ROOT,
@@ -106,7 +108,7 @@ def _db(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"ENGINE": SQLITE, "NAME": str(path), "OPTIONS": dict(options or {})}
 
 
-INIT_COMMANDS = {
+INIT_COMMANDS: dict[str, dict[str, Any]] = {
     "wal": {"init_command": "PRAGMA journal_mode=WAL"},
     "lower, spaces, quotes": {"init_command": "  pragma JOURNAL_MODE = 'wal' ;  "},
     "many pragmas": {
@@ -159,7 +161,8 @@ def test_a_new_database_gets_incremental_auto_vacuum(tmp_path, name, first):
     _script(
         env,
         "from django_sqlq import enqueue; from tests.conftest import run_burst\n"
-        "j = enqueue('tests.noop'); run_burst(); j.refresh_from_db(); assert j.status == 'completed'",
+        "j = enqueue('tests.noop'); run_burst(); j.refresh_from_db()\n"
+        "assert j.status == 'completed'",
     )
     assert _pragma(path, "auto_vacuum") == 2
 
@@ -211,7 +214,8 @@ def test_a_separate_queue_database_gets_it(tmp_path):
     _script(
         env,
         "from django_sqlq import enqueue; from tests.conftest import run_burst\n"
-        "j = enqueue('tests.noop'); run_burst(); j.refresh_from_db(); assert j.status == 'completed'",
+        "j = enqueue('tests.noop'); run_burst(); j.refresh_from_db()\n"
+        "assert j.status == 'completed'",
     )
 
 
@@ -322,7 +326,8 @@ def test_memory_database(tmp_path):
         "call_command('migrate', verbosity=0)\n"
         "call_command('check', databases=['default'])\n"
         "from django_sqlq import enqueue; from tests.conftest import run_burst\n"
-        "j = enqueue('tests.noop'); run_burst(); j.refresh_from_db(); assert j.status == 'completed'\n"
+        "j = enqueue('tests.noop'); run_burst(); j.refresh_from_db()\n"
+        "assert j.status == 'completed'\n"
         "with connection.cursor() as c:\n"
         "    c.execute('PRAGMA auto_vacuum'); print('av', c.fetchone()[0])\n",
     )
@@ -330,12 +335,12 @@ def test_memory_database(tmp_path):
 
 
 @pytest.mark.parametrize("limit", [None, 1048576])
-def test_the_wal_file_is_cut_back_after_a_burst(tmp_path, spawn_worker, limit):
+def test_the_wal_file_is_cut_back_after_a_burst(tmp_path, limit):
     """A burst of jobs (one big bulk_enqueue transaction, more than the limit of WAL) run by
     a real worker; once it is over, the -wal file is back under journal_size_limit while
     the worker still holds its connections (so the file is not simply deleted)."""
     path = tmp_path / "db.sqlite3"
-    sqlq = {}
+    sqlq: dict[str, Any] = {}
     if limit:
         sqlq["SQLITE_PRAGMAS"] = {
             "auto_vacuum": "incremental",
@@ -364,12 +369,10 @@ def test_the_wal_file_is_cut_back_after_a_burst(tmp_path, spawn_worker, limit):
         def done() -> bool:
             conn = sqlite3.connect(path)
             try:
-                return (
-                    conn.execute(
-                        "SELECT count(*) FROM sqlq_job WHERE status != 'completed'"
-                    ).fetchone()[0]
-                    == 0
-                )
+                left: int = conn.execute(
+                    "SELECT count(*) FROM sqlq_job WHERE status != 'completed'"
+                ).fetchone()[0]
+                return left == 0
             finally:
                 conn.close()
 
@@ -382,7 +385,8 @@ def test_the_wal_file_is_cut_back_after_a_burst(tmp_path, spawn_worker, limit):
         until(
             lambda: wal.exists() and wal.stat().st_size <= bound,
             20,
-            f"the -wal file back under {bound} (peak {peak}, now {wal.stat().st_size if wal.exists() else None})",
+            f"the -wal file back under {bound} (peak {peak}, "
+            f"now {wal.stat().st_size if wal.exists() else None})",
         )
         assert worker.proc.poll() is None
     finally:

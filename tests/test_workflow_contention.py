@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -38,16 +40,27 @@ pg = pytest.mark.skipif(
 )
 
 
-def _log_names(path: Path) -> Counter:
+def _log_names(path: Path) -> Counter[str]:
     if not path.exists():
         return Counter()
     return Counter(line.split()[0] for line in path.read_text().splitlines())
+
+
+def _completed_by(dep: Job, moment: datetime | None) -> bool:
+    """``dep`` completed, no later than ``moment`` (a completed job without completed_at,
+    or a waiter that ran without started_at, fails the test)."""
+    if dep.status != JobStatus.COMPLETED:
+        return False
+    assert dep.completed_at is not None, dep
+    assert moment is not None, f"compared with {dep}: no start time"
+    return dep.completed_at <= moment
 
 
 def _ran_early(waiter: Job) -> list[str]:
     """What ``waiter`` waited for that had not completed when it started (a dependency
     that is a victim, cancelled, failed or deleted, is fine under policy "run")."""
     late = []
+    assert waiter.depends_on is not None, waiter  # a waiter: it was enqueued with some
     for target in waiter.depends_on:
         if "job" in target:
             deps = list(Job.objects.filter(pk=target["job"]))
@@ -57,11 +70,11 @@ def _ran_early(waiter: Job) -> list[str]:
             )
         for dep in deps:
             if dep.payload.get("name", "").startswith("victim"):
-                if dep.status == JobStatus.COMPLETED and dep.completed_at <= waiter.started_at:
+                if _completed_by(dep, waiter.started_at):
                     continue
                 if waiter.dependency_policy == "run":
                     continue
-            if dep.status != JobStatus.COMPLETED or dep.completed_at > waiter.started_at:
+            if not _completed_by(dep, waiter.started_at):
                 late.append(
                     f"{target}: job {dep.pk} {dep.payload.get('name')} {dep.status} "
                     f"attempts {dep.attempts} started {dep.started_at} completed "
@@ -72,14 +85,16 @@ def _ran_early(waiter: Job) -> list[str]:
     return late
 
 
-def _spawn(spawn_worker, count: int, env: dict[str, str]) -> list[WorkerProcess]:
+def _spawn(
+    spawn_worker: Callable[..., WorkerProcess], count: int, env: dict[str, str]
+) -> list[WorkerProcess]:
     workers = [spawn_worker("--concurrency", "4", env={**LEVELS, **env}) for _ in range(count)]
     for worker in workers:
         worker.wait_ready()
     return workers
 
 
-def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.Popen:
+def _run(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.faults.contention_procs", *args],
         cwd=ROOT,
@@ -108,18 +123,17 @@ def test_awkward_fan_ins_beside_workers_and_an_operator_never_deadlock(
     workers = _spawn(spawn_worker, 3, env)
     log = tmp_path / "runs"
     procs = [
-        _run(["enqueue", str(SECONDS), str(log), f"{mode}{k}x", str(seed + k)], env, 60)
+        (_run(["enqueue", str(SECONDS), str(log), f"{mode}{k}x", str(seed + k)], env), "enqueue")
         for k in range(enqueuers)
     ]
-    procs = [(p, "enqueue") for p in procs]
     if operator:
-        procs.append((_run(["operate", str(SECONDS + 3), str(seed)], env, 60), "operate"))
-    said = {}
+        procs.append((_run(["operate", str(SECONDS + 3), str(seed)], env), "operate"))
+    said: dict[str, list[str]] = {}
     for proc, kind in procs:
         out, _ = proc.communicate(timeout=SECONDS + 60)
         said.setdefault(kind, []).append(out)
         assert proc.returncode == 0, f"seed {seed}: the {kind} process failed\n{out}"
-    waiter_ids = []
+    waiter_ids: list[int] = []
     for out in said["enqueue"]:
         waiter_ids += [int(pk) for pk in out.split("waiters ")[1].split()[0].split(",")]
     print(f"seed {seed}: {said}")
@@ -130,11 +144,13 @@ def test_awkward_fan_ins_beside_workers_and_an_operator_never_deadlock(
         JobStatus.SCHEDULED,
         JobStatus.PROCESSING,
     )
+    left = Job.objects.filter(status__in=open_statuses).values_list(
+        "pk", "status", "payload__name"
+    )
     until(
         lambda: not Job.objects.filter(status__in=open_statuses).exists(),
         60,
-        f"nothing left to run (seed {seed}): "
-        f"{list(Job.objects.filter(status__in=open_statuses).values_list('pk', 'status', 'payload__name'))[:10]}",
+        f"nothing left to run (seed {seed}): {list(left)[:10]}",
     )
     outputs = [w.output() for w in workers]
     for w in workers:
@@ -185,12 +201,12 @@ def test_an_operator_on_every_job_beside_fan_ins_never_deadlocks(
     log = tmp_path / "runs"
     procs = [
         (
-            _run(["enqueue", str(SECONDS), str(log), f"{mode}{k}x", str(seed + k)], env, 60),
+            _run(["enqueue", str(SECONDS), str(log), f"{mode}{k}x", str(seed + k)], env),
             "enqueue",
         )
         for k in range(enqueuers)
     ]
-    procs.append((_run(["operate", str(SECONDS + 2), str(seed), "all"], env, 60), "operate"))
+    procs.append((_run(["operate", str(SECONDS + 2), str(seed), "all"], env), "operate"))
     for proc, kind in procs:
         out, _ = proc.communicate(timeout=SECONDS + 60)
         assert proc.returncode == 0, f"seed {seed}: the {kind} process failed\n{out}"
