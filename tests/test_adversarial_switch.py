@@ -6,7 +6,9 @@ Each test here reproduces one such defect, on both engines.
 from __future__ import annotations
 
 import datetime as dt
+import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -16,7 +18,7 @@ from django.utils import timezone
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker, WorkerError
-from tests.conftest import WorkerProcess
+from tests.conftest import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -142,3 +144,26 @@ def test_sqlq_worker_inside_the_tests_transaction_is_a_clear_error() -> None:
         Worker().run(burst=True, install_signal_handlers=False)
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING
+
+
+# -- what django-tasks-db's own test suite, run against SQLQBackend, found (issue 26) ----------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_the_worker_starts_is_a_graceful_stop(
+    spawn_worker: Callable[..., WorkerProcess], tmp_path: Path, sig: int
+) -> None:
+    """A process manager may stop a worker that has not finished starting (a deploy right
+    after a deploy). Its handlers were installed only once the worker ran, after Django's
+    system checks and the migrations check: a signal before that ended the process by the
+    signal (exit -15), which systemd and supervisord report as a failure."""
+    job = enqueue("tests.noop", {})
+    starting = tmp_path / "starting"
+    worker = spawn_worker(env={"SQLQ_TEST_SLOW_START": str(starting)})
+    wait_for(starting.exists)  # in the system checks: the command has started, its worker not
+    worker.signal(sig)
+    starting.with_name("starting.release").touch()
+    assert worker.wait() == 0, worker.output()
+    assert "gracefully" in worker.output()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 0)

@@ -75,6 +75,45 @@ def stop_signals(on_stop: OnStop, on_force: OnForce | None = None) -> Iterator[N
         restore(previous)
 
 
+class EarlyStop:
+    """SIGTERM/SIGINT while a command is still starting (system checks, the migrations
+    check, imports), before the worker or the supervisor installs its own handlers:
+    remembered instead of ending the process (the default action: exit -15), and passed on
+    to the ``stop`` given to :meth:`forward_to`. A second one ends the process as the
+    signal's default action does: a start-up that hangs can still be interrupted."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._stop: Callable[[], None] | None = None
+
+    def _on_stop(self, signum: int, count: int) -> None:  # noqa: ARG002 (handler()'s callback)
+        # In its own thread (see handler()). With the GIL, this thread's write then read and
+        # forward_to()'s write then read cannot both miss each other: stop is called.
+        self.signum = signum
+        stop = self._stop
+        if stop is not None:
+            stop()
+
+    @staticmethod
+    def _on_force(signum: int) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    def forward_to(self, stop: Callable[[], None]) -> None:
+        """From now on a signal calls ``stop``; at once if one has come already."""
+        self._stop = stop
+        if self.signum is not None:
+            stop()
+
+
+@contextlib.contextmanager
+def early_stop() -> Iterator[EarlyStop]:
+    """An :class:`EarlyStop` installed while the block runs (from the main thread)."""
+    early = EarlyStop()
+    with stop_signals(early._on_stop, early._on_force):
+        yield early
+
+
 def name(signum: int) -> str:
     return signal.Signals(signum).name
 
