@@ -173,9 +173,10 @@ def test_a_stop_signal_while_the_worker_starts_is_a_graceful_stop(
     worker = spawn_worker(env={"SQLQ_TEST_SLOW_START": str(starting)})
     wait_for(starting.exists)  # in the system checks: the command has started, its worker not
     worker.signal(sig)
-    starting.with_name("starting.release").touch()
     assert worker.wait() == 0, worker.output()
-    assert "gracefully" in worker.output()
+    name = signal.Signals(sig).name
+    assert f"received {name} while starting: stopped gracefully" in worker.output()
+    assert " ready" not in worker.output()
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
 

@@ -75,43 +75,58 @@ def stop_signals(on_stop: OnStop, on_force: OnForce | None = None) -> Iterator[N
         restore(previous)
 
 
+class StartupInterrupted(BaseException):
+    """Raised in the main thread by a stop signal while a command is still starting (see
+    :class:`EarlyStop`): a BaseException, so that no ``except Exception`` on the way keeps
+    the start-up going."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class EarlyStop:
-    """SIGTERM/SIGINT while a command is still starting (system checks, the migrations
-    check, imports), before the worker or the supervisor installs its own handlers:
-    remembered instead of ending the process (the default action: exit -15), and passed on
-    to the ``stop`` given to :meth:`forward_to`. A second one ends the process as the
-    signal's default action does: a start-up that hangs can still be interrupted."""
+    """SIGTERM/SIGINT while a command is still starting (option, system and migration
+    checks), before the worker or the supervisor installs its own handlers. Until
+    :meth:`forward_to` names what stops the work, the first one raises StartupInterrupted in
+    the main thread (what SIGINT's KeyboardInterrupt does by default, for SIGTERM too): no job
+    has been claimed, so the command ends at once, exit 0, instead of ending by the signal
+    (exit -15). After it, a signal calls that ``stop`` (from a thread, see :func:`handler`).
+    A second signal ends the process as the signal's default action does."""
 
     def __init__(self) -> None:
-        self.signum: int | None = None
         self._stop: Callable[[], None] | None = None
+        self._received = 0
 
-    def _on_stop(self, signum: int, count: int) -> None:  # noqa: ARG002 (handler()'s callback)
-        # In its own thread (see handler()). With the GIL, this thread's write then read and
-        # forward_to()'s write then read cannot both miss each other: stop is called.
-        self.signum = signum
+    def handle(self, signum: int, frame: FrameType | None) -> None:  # noqa: ARG002
+        self._received += 1
+        if self._received > 1:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
         stop = self._stop
-        if stop is not None:
-            stop()
-
-    @staticmethod
-    def _on_force(signum: int) -> None:
-        signal.signal(signum, signal.SIG_DFL)
-        signal.raise_signal(signum)
+        if stop is None:
+            raise StartupInterrupted(signum)
+        threading.Thread(target=stop, name="sqlq-stop", daemon=True).start()
 
     def forward_to(self, stop: Callable[[], None]) -> None:
-        """From now on a signal calls ``stop``; at once if one has come already."""
+        """From now on a signal calls ``stop`` instead of interrupting the start-up."""
         self._stop = stop
-        if self.signum is not None:
-            stop()
 
 
 @contextlib.contextmanager
 def early_stop() -> Iterator[EarlyStop]:
-    """An :class:`EarlyStop` installed while the block runs (from the main thread)."""
+    """An :class:`EarlyStop` handling SIGTERM/SIGINT while the block runs (main thread
+    only), the previous handlers restored after it."""
     early = EarlyStop()
-    with stop_signals(early._on_stop, early._on_force):
+    if threading.current_thread() is not threading.main_thread():
         yield early
+        return
+    previous = {sig: signal.signal(sig, early.handle) for sig in STOP_SIGNALS}
+    try:
+        yield early
+    finally:
+        restore(previous)
 
 
 def name(signum: int) -> str:

@@ -208,25 +208,21 @@ def usage_error(message: str) -> CommandError:
 class Command(SQLQCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
 
-    # From the command line: a stop signal that came while starting (see run_from_argv).
+    # From the command line: what handles a stop signal while the command starts.
     _early: stopsignals.EarlyStop | None = None
 
     def run_from_argv(self, argv: list[str]) -> None:
         # The first thing the command does from the command line: a SIGTERM/SIGINT while it
         # starts (option checks, system checks, the migrations check) is a graceful stop,
         # exit 0, as when the worker is idle, not the end of the process by the signal.
-        with stopsignals.early_stop() as self._early:
-            super().run_from_argv(argv)
-
-    def _stopped_early(self) -> bool:
-        """True (and says so) when a stop signal came before the worker started."""
-        if self._early is None or self._early.signum is None:
-            return False
-        self.stdout.write(
-            f"sqlq_worker received {stopsignals.name(self._early.signum)} while starting: "
-            "stopped gracefully before claiming any job"
-        )
-        return True
+        try:
+            with stopsignals.early_stop() as self._early:
+                super().run_from_argv(argv)
+        except stopsignals.StartupInterrupted as stop:
+            self.stdout.write(
+                f"sqlq_worker received {stopsignals.name(stop.signum)} while starting: "
+                "stopped gracefully before claiming any job"
+            )
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         self._database = options.get("database") or None
@@ -443,8 +439,6 @@ class Command(SQLQCommand):
                     "django_sqlq's tasks backends)."
                 )
         self._configure_logging(verbosity)
-        if self._stopped_early():
-            return
         if reload:
             from django_sqlq import reloader
 
@@ -478,8 +472,6 @@ class Command(SQLQCommand):
             finally:
                 connections.close_all()
 
-            if self._stopped_early():  # the checks above take a while
-                return
             sys.exit(
                 Supervisor(processes=processes, worker_kwargs=worker_kwargs, burst=burst).run()
             )
