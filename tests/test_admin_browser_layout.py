@@ -59,7 +59,8 @@ OVERFLOW = """
   return {
     page: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
     table: [Math.round(table.getBoundingClientRect().right), window.innerWidth],
-    results: [...document.querySelectorAll('.results')].map((el) => [el.scrollWidth, el.clientWidth]),
+    results: [...document.querySelectorAll('.results')].map(
+      (el) => [el.scrollWidth, el.clientWidth]),
   };
 }
 """

@@ -194,9 +194,9 @@ def test_backend_naming_another_kind_of_backend_is_an_error(tmp_path: Path) -> N
     dummy = {"BACKEND": f"{compat.FRAMEWORK}.backends.dummy.DummyBackend"}
     with override_settings(TASKS={**settings.TASKS, "dummy": dummy}):
         result = tasks.record.enqueue(str(tmp_path / "ran"), 1)
-        with pytest.raises(CommandError, match="not django_sqlq.backend.SQLQBackend"):
+        with pytest.raises(CommandError, match=r"not django_sqlq\.backend\.SQLQBackend"):
             call_command("sqlq_worker", batch=True, backend_name="dummy", verbosity=0)
-        with pytest.raises(CommandError, match="not django_sqlq.backend.SQLQBackend"):
+        with pytest.raises(CommandError, match=r"not django_sqlq\.backend\.SQLQBackend"):
             call_command("sqlq_worker", "--batch", "--backend", "dummy", verbosity=0)
     assert Job.objects.get(uuid=result.id).status == JobStatus.PENDING
 

@@ -59,8 +59,7 @@ class TypeFilter(_ChoicesFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         # Long dotted names wrap at their dots in the filter's narrow column.
         return [
-            (name, breakable_name(label))
-            for name, label in super().lookups(request, model_admin)
+            (name, breakable_name(label)) for name, label in super().lookups(request, model_admin)
         ]
 
     def candidates(self) -> list[str]:

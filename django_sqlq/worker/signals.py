@@ -122,7 +122,7 @@ def early_stop() -> Iterator[EarlyStop]:
     if threading.current_thread() is not threading.main_thread():
         yield early
         return
-    previous = {sig: signal.signal(sig, early.handle) for sig in STOP_SIGNALS}
+    previous: dict[int, Any] = {sig: signal.signal(sig, early.handle) for sig in STOP_SIGNALS}
     try:
         yield early
     finally:

@@ -22,7 +22,7 @@ if os.environ.get("SQLQ_TEST_SLOW_START"):
     # own start and before its work): the check touches the file the variable names, then
     # waits (at most 30 s) for "<that file>.release".
     @checks.register
-    def slow_start(**kwargs: Any) -> list[checks.CheckMessage]:  # noqa: ARG001 (checks' API)
+    def slow_start(**kwargs: Any) -> list[checks.CheckMessage]:
         marker = Path(os.environ["SQLQ_TEST_SLOW_START"])
         marker.touch()
         release = marker.with_name(marker.name + ".release")
