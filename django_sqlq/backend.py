@@ -30,6 +30,7 @@ TaskResult         Job
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -569,7 +570,9 @@ def _storable(value: Any) -> Any:
     try:
         normalized = normalize_json(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"The task's return value cannot be stored as JSON: {exc}") from exc
+        raise TypeError(
+            f"The task's return value cannot be stored as JSON: {_not_json(value, exc)}"
+        ) from exc
     from django_sqlq.jsoncodec import encode_json
 
     try:
@@ -577,3 +580,14 @@ def _storable(value: Any) -> Any:
     except PayloadError as exc:
         raise TypeError(str(exc)) from exc
     return normalized
+
+
+def _not_json(value: Any, exc: Exception) -> str:
+    """Why ``value`` is not JSON, in the json module's words ("Object of type set is not JSON
+    serializable"), as django-tasks-db's results say it (and code written for it matches
+    them); normalize_json's own words ("Unsupported type: ...") when json takes the value."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError) as json_exc:
+        return str(json_exc)
+    return str(exc)

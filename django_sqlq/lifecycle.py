@@ -312,7 +312,7 @@ def _apply(
     if unless is not None:
         jobs = jobs.exclude(unless)
     with transaction.atomic(using=alias):
-        ops_for(alias).lock_jobs(sorted(wanted))
+        ops_for(alias).lock_jobs(sorted(wanted), allowed)
         changed = jobs.update(updated_at=DatabaseNow(), **changes)
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 

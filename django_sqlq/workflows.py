@@ -306,7 +306,7 @@ def resolve(alias: str, ended: Sequence[Ended], *, now: datetime | None = None) 
                 reasons.setdefault(waiter, _reason(Blocker(blocker, chain), source.status))
         # Every job this pass changes, locked first in id order: the fail and the count-off
         # below are two statements, and another completion may count off the same jobs.
-        ops.lock_jobs(sorted({*counts, *broken}))
+        ops.lock_jobs(sorted({*counts, *broken}), [statuses.BLOCKED])
         changed = ops.break_blocked(reasons, now=now) if reasons else []
         gone = {job_id for job_id, _ in changed}
         for waiter, count in broken.items():

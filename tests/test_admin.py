@@ -15,6 +15,7 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 from django_sqlq import dashboard, enqueue
 from django_sqlq.admin import BoundedCountPaginator
@@ -299,7 +300,8 @@ def test_filter_choices_come_from_settings_registry_and_newest_rows(login: Any) 
     make_job(queue="legacy", type="old.module.task")
     response = login("viewer").get(url("job_changelist"))
     choices = {
-        spec.title: [c["display"] for c in spec.choices(response.context["cl"])]
+        # The type names are HTML: <wbr> where a long name may wrap.
+        spec.title: [strip_tags(c["display"]) for c in spec.choices(response.context["cl"])]
         for spec in response.context["cl"].filter_specs
     }
     queues = choices["queue"]
@@ -1016,3 +1018,13 @@ def test_the_failed_jobs_banner_does_not_link_to_the_page_it_is_on(login: Any) -
     failed_list = url("failedjob_changelist")
     assert f'href="{failed_list}"' in elsewhere
     assert f'href="{failed_list}"' not in on_failed_list
+
+
+def test_type_names_wrap_at_dots_and_in_a_long_part_at_underscores() -> None:
+    from django_sqlq.admin.display import breakable_name
+
+    assert breakable_name("shop.send_receipt") == "shop.<wbr>send_receipt"
+    assert breakable_name("reports.export_general_ledger_to_warehouse") == (
+        "reports.<wbr>export_<wbr>general_<wbr>ledger_<wbr>to_<wbr>warehouse"
+    )
+    assert breakable_name("x.<b>") == "x.<wbr>&lt;b&gt;"  # still escaped

@@ -6,7 +6,10 @@ Each test here reproduces one such defect, on both engines.
 from __future__ import annotations
 
 import datetime as dt
+import signal
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -16,7 +19,7 @@ from django.utils import timezone
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker, WorkerError
-from tests.conftest import WorkerProcess
+from tests.conftest import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -142,3 +145,72 @@ def test_sqlq_worker_inside_the_tests_transaction_is_a_clear_error() -> None:
         Worker().run(burst=True, install_signal_handlers=False)
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING
+
+
+# -- what django-tasks-db's own test suite, run against SQLQBackend, found (issue 26) ----------
+
+
+def _tasks() -> Any:
+    from django_sqlq import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
+    from tests.testapp import tasks
+
+    return tasks
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_the_worker_starts_is_a_graceful_stop(
+    spawn_worker: Callable[..., WorkerProcess], tmp_path: Path, sig: int
+) -> None:
+    """A process manager may stop a worker that has not finished starting (a deploy right
+    after a deploy). Its handlers were installed only once the worker ran, after Django's
+    system checks and the migrations check: a signal before that ended the process by the
+    signal (exit -15), which systemd and supervisord report as a failure."""
+    job = enqueue("tests.noop", {})
+    starting = tmp_path / "starting"
+    worker = spawn_worker(env={"SQLQ_TEST_SLOW_START": str(starting)})
+    wait_for(starting.exists)  # in the system checks: the command has started, its worker not
+    worker.signal(sig)
+    assert worker.wait() == 0, worker.output()
+    name = signal.Signals(sig).name
+    assert f"received {name} while starting: stopped gracefully" in worker.output()
+    assert " ready" not in worker.output()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+
+
+def test_backend_naming_another_kind_of_backend_is_an_error(tmp_path: Path) -> None:
+    """db_worker refuses ``--backend dummy`` on the command line ("is not a database
+    backend"); only through call_command, which skips argparse's type=, did it start and
+    serve nothing. sqlq_worker refuses it either way: a worker that can never run anything
+    is a mistake to report, not a configuration to honour."""
+    from django.conf import settings
+
+    from django_sqlq import compat
+
+    tasks = _tasks()
+    dummy = {"BACKEND": f"{compat.FRAMEWORK}.backends.dummy.DummyBackend"}
+    with override_settings(TASKS={**settings.TASKS, "dummy": dummy}):
+        result = tasks.record.enqueue(str(tmp_path / "ran"), 1)
+        with pytest.raises(CommandError, match=r"not django_sqlq\.backend\.SQLQBackend"):
+            call_command("sqlq_worker", batch=True, backend_name="dummy", verbosity=0)
+        with pytest.raises(CommandError, match=r"not django_sqlq\.backend\.SQLQBackend"):
+            call_command("sqlq_worker", "--batch", "--backend", "dummy", verbosity=0)
+    assert Job.objects.get(uuid=result.id).status == JobStatus.PENDING
+
+
+def test_a_result_id_is_the_jobs_uuid_not_its_primary_key() -> None:
+    """django-tasks-db's tests read the row with ``DBTaskResult.objects.get(id=result.id)``:
+    there the primary key is the result id. A Job's primary key is an integer (the claim's
+    order and the index's size depend on it); the result id is its ``uuid``. Looking a
+    result id up as the primary key is a clear error, not a wrong row."""
+    tasks = _tasks()
+    result = tasks.add.enqueue(1, 2)
+    job = Job.objects.get(uuid=result.id)
+    assert str(job.uuid) == result.id
+    assert isinstance(job.pk, int)
+    with pytest.raises(ValueError, match="expected a number"):
+        Job.objects.get(id=result.id)
+    assert tasks.add.get_result(result.id).id == result.id  # the framework's way, unchanged

@@ -133,6 +133,7 @@ def test_real_worker_processes_run_the_project_as_db_worker_did(project, spawn_w
     )
     plain = spawn_worker("--batch", env=SETTINGS)
     assert plain.wait() == 0, plain.output()
+    assert "stopped gracefully" in plain.output()  # what db_worker's last line says too
     assert [r.status for r in results([first, emails])] == ["SUCCESSFUL", "READY"]
     # ... and `--backend default` serves that backend's QUEUES.
     by_backend = spawn_worker("--batch", "--backend", "default", env=SETTINGS)
@@ -157,6 +158,7 @@ def test_real_worker_processes_run_the_project_as_db_worker_did(project, spawn_w
     assert worker.proc.poll() is None
     release.touch()
     assert worker.wait() == 0, worker.output()
+    assert "Worker switched stopped gracefully: 1 done" in worker.output()
     [done] = results([waiting])
     assert (done.status, done.return_value) == ("SUCCESSFUL", "released")
     path = "tests.switcher.tasks.wait_for_file"

@@ -46,7 +46,7 @@ def test_default_verbosity_prints_one_ready_line_and_summaries_not_a_line_per_jo
     assert [line for line in output.splitlines() if "ready" in line] == ["sqlq_worker w1 ready"]
     assert "completed in" not in output  # no line per job
     # Counted as in the summary lines: jobs failed for good, and attempts to be retried.
-    assert "Worker w1 stopped: 20 done, 2 failed, 1 retried, 0 cancelled" in output
+    assert "Worker w1 stopped gracefully: 20 done, 2 failed, 1 retried, 0 cancelled" in output
 
 
 def test_verbosity_2_prints_a_line_per_job(spawn_worker):

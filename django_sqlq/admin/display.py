@@ -12,7 +12,7 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
 from django_sqlq.conf import get_settings
@@ -62,6 +62,25 @@ def local_datetime(value: datetime | None) -> str:
     if timezone.is_aware(value):
         value = timezone.localtime(value)
     return str(formats.localize(value))
+
+
+# A part of a dotted name longer than this also breaks after its underscores: alone on a
+# line it would be wider than the type column can be at 1400 px beside the filters.
+LONG_NAME_PART = 20
+
+
+def breakable_name(name: str) -> SafeString:
+    """A dotted name (a job type, a task path) that wraps after its dots, and inside a long
+    part after its underscores, never in the middle of a word: ``<wbr>`` marks where."""
+    parts = []
+    for part in name.split("."):
+        if len(part) > LONG_NAME_PART:
+            words = part.split("_")
+            part_html = format_html_join(mark_safe("_<wbr>"), "{}", ((w,) for w in words))
+        else:
+            part_html = format_html("{}", part)
+        parts.append((part_html,))
+    return format_html_join(mark_safe(".<wbr>"), "{}", parts)
 
 
 def status_label(status: str) -> str:

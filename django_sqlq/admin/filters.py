@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, lifecycle, registry
-from django_sqlq.admin.display import queue_alias
+from django_sqlq.admin.display import breakable_name, queue_alias
 from django_sqlq.conf import configured_queues
 
 
@@ -55,6 +55,12 @@ class TypeFilter(_ChoicesFilter):
 
     title = _("type")
     parameter_name = field_name = "type"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        # Long dotted names wrap at their dots in the filter's narrow column.
+        return [
+            (name, breakable_name(label)) for name, label in super().lookups(request, model_admin)
+        ]
 
     def candidates(self) -> list[str]:
         # The web process may not have imported the apps' jobs.py yet. A broken jobs.py is

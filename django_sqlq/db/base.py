@@ -636,11 +636,13 @@ class QueueOps:
                 deleted.extend((row[0], str(row[1]), row[2]) for row in cursor.fetchall())
         return deleted
 
-    def lock_jobs(self, job_ids: Sequence[int]) -> None:
-        """Lock the rows of the jobs ``job_ids`` until the transaction ends, in id order
-        (PostgreSQL): the blocked jobs a resolution is about to fail, cancel or count off,
-        so that two resolutions over overlapping jobs take them in one order and cannot
-        wait for each other. SQLite: nothing (one writer at a time)."""
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
+        """Lock the rows of the jobs ``job_ids`` that are in one of ``statuses`` until the
+        transaction ends, in id order (PostgreSQL): the jobs a statement of several steps
+        (a resolution, an operator's action) is about to change, so that two of them over
+        overlapping jobs take them in one order and cannot wait for each other. Only those
+        it changes: a running job another transaction holds (a worker completing it) is not
+        waited for. SQLite: nothing (one writer at a time)."""
 
     def start_chain(self, job_id: int) -> None:
         """Make the job ``job_id`` the first step of a chain (as it continues)."""

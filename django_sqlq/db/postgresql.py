@@ -188,14 +188,14 @@ class PostgreSQLOps(QueueOps):
             where += " AND waited_on IS NULL"
         return f"AND {self.in_id_order(where, skip_locked=skip_locked)} "
 
-    def lock_jobs(self, job_ids: Sequence[int]) -> None:
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
         if not job_ids:
             return
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) "
-                f"ORDER BY id FOR NO KEY UPDATE",
-                {"ids": sorted(set(job_ids))},
+                f"AND status = ANY(%(statuses)s) ORDER BY id FOR NO KEY UPDATE",
+                {"ids": sorted(set(job_ids)), "statuses": list(statuses)},
             )
 
     def in_list_sql(

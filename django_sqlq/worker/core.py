@@ -255,9 +255,12 @@ class Worker:
                 self.completer.record_interrupted(list(self.pool.running.values()))
             self._unregister()
             connections.close_all()
+        # "gracefully": its running jobs were finished and the rest given back (the word
+        # db_worker's last line has, which scripts moving from it look for).
         logger.info(
-            "Worker %s stopped: %d done, %d failed, %d retried, %d cancelled",
+            "Worker %s stopped %s: %d done, %d failed, %d retried, %d cancelled",
             self.worker_id,
+            "at once, by a second signal" if forced else "gracefully",
             self.jobs_done,
             self.jobs_failed - self.jobs_retried,
             self.jobs_retried,

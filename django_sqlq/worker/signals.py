@@ -75,6 +75,60 @@ def stop_signals(on_stop: OnStop, on_force: OnForce | None = None) -> Iterator[N
         restore(previous)
 
 
+class StartupInterrupted(BaseException):
+    """Raised in the main thread by a stop signal while a command is still starting (see
+    :class:`EarlyStop`): a BaseException, so that no ``except Exception`` on the way keeps
+    the start-up going."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class EarlyStop:
+    """SIGTERM/SIGINT while a command is still starting (option, system and migration
+    checks), before the worker or the supervisor installs its own handlers. Until
+    :meth:`forward_to` names what stops the work, the first one raises StartupInterrupted in
+    the main thread (what SIGINT's KeyboardInterrupt does by default, for SIGTERM too): no job
+    has been claimed, so the command ends at once, exit 0, instead of ending by the signal
+    (exit -15). After it, a signal calls that ``stop`` (from a thread, see :func:`handler`).
+    A second signal ends the process as the signal's default action does."""
+
+    def __init__(self) -> None:
+        self._stop: Callable[[], None] | None = None
+        self._received = 0
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:  # noqa: ARG002
+        self._received += 1
+        if self._received > 1:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        stop = self._stop
+        if stop is None:
+            raise StartupInterrupted(signum)
+        threading.Thread(target=stop, name="sqlq-stop", daemon=True).start()
+
+    def forward_to(self, stop: Callable[[], None]) -> None:
+        """From now on a signal calls ``stop`` instead of interrupting the start-up."""
+        self._stop = stop
+
+
+@contextlib.contextmanager
+def early_stop() -> Iterator[EarlyStop]:
+    """An :class:`EarlyStop` handling SIGTERM/SIGINT while the block runs (main thread
+    only), the previous handlers restored after it."""
+    early = EarlyStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield early
+        return
+    previous: dict[int, Any] = {sig: signal.signal(sig, early.handle) for sig in STOP_SIGNALS}
+    try:
+        yield early
+    finally:
+        restore(previous)
+
+
 def name(signum: int) -> str:
     return signal.Signals(signum).name
 

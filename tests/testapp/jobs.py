@@ -88,6 +88,7 @@ from tests.testapp import (  # noqa: E402, F401
     adversary2_workflow_jobs,
     adversary_workflow_jobs,
     atomic_jobs,
+    contention_jobs,
     fault_jobs,
     workflow_jobs,
 )

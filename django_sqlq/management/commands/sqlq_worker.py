@@ -24,6 +24,7 @@ from django_sqlq.limits import parse_queue_option
 from django_sqlq.management.base import SQLQCommand
 from django_sqlq.validation import MAX_INTERVAL_SECONDS, number_text
 from django_sqlq.worker import Worker, WorkerError, unreachable
+from django_sqlq.worker import signals as stopsignals
 
 # -v: (level of the django_sqlq loggers, level of the per-job lines). At the default (1),
 # the worker logs its start, a summary line every few seconds while it works, warnings and
@@ -206,6 +207,22 @@ def usage_error(message: str) -> CommandError:
 
 class Command(SQLQCommand):
     help = "Run a django_sqlq worker: claim jobs from the queue database and run them."
+
+    # From the command line: what handles a stop signal while the command starts.
+    _early: stopsignals.EarlyStop | None = None
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        # The first thing the command does from the command line: a SIGTERM/SIGINT while it
+        # starts (option checks, system checks, the migrations check) is a graceful stop,
+        # exit 0, as when the worker is idle, not the end of the process by the signal.
+        try:
+            with stopsignals.early_stop() as self._early:
+                super().run_from_argv(argv)
+        except stopsignals.StartupInterrupted as stop:
+            self.stdout.write(
+                f"sqlq_worker received {stopsignals.name(stop.signum)} while starting: "
+                "stopped gracefully before claiming any job"
+            )
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         self._database = options.get("database") or None
@@ -462,6 +479,8 @@ class Command(SQLQCommand):
             worker = Worker(**worker_kwargs)
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        if self._early is not None:
+            self._early.forward_to(worker.stop)  # until worker.run() installs its own
         try:
             if reload:
                 from django_sqlq import reloader
