@@ -9,7 +9,9 @@ or a ``git archive``); each run imports django_sqlq from it (``PYTHONPATH``) wit
 benchmark's ``benchsite`` app and its ``noop`` handler, ``SQLQ = {"QUEUES": ["default"]}``.
 Each run gets a fresh database of its own (``cost_<n>`` on PostgreSQL, a file under
 ``BENCH_TMP``), fills it with ``--n`` no-op jobs through ``enqueue()``, one call at a time in
-one transaction, runs ``CHECKPOINT`` (PostgreSQL), then:
+one transaction (after ``--finished`` completed jobs of the last week, written in one
+set-based INSERT: a table shaped like production), runs ``VACUUM ANALYZE`` and
+``CHECKPOINT`` (PostgreSQL), then:
 
 ``drain``: one ``manage.py sqlq_worker --burst`` process at its defaults; the rate runs from
 the first job's ``started_at`` to the last job's ``completed_at`` (the database's own
@@ -85,13 +87,37 @@ def configure(db: str, name: str) -> None:
     django.setup()
 
 
-def child_fill(n: int) -> None:
+#: ``--finished``: completed jobs of the last week, written before the drain's jobs (one
+#: set-based INSERT, each row a uuid from the tree's own SQL when its table has one).
+PG_FINISHED = """
+INSERT INTO sqlq_job ({uuid_column}queue, type, payload, status, priority, attempts,
+  max_attempts, last_error, errors, scheduled_at, created_at, updated_at, started_at,
+  completed_at, locked_by)
+SELECT {uuid_value}'default', 'noop', '{{}}', 'completed', 0, 1, 5, '', '[]',
+  now() - (g * interval '7 days' / {n}), now() - (g * interval '7 days' / {n}), now(),
+  now() - (g * interval '7 days' / {n}), now() - (g * interval '7 days' / {n}), 'w'
+FROM generate_series({n}, 1, -1) g
+"""
+
+
+def child_fill(n: int, finished: int = 0) -> None:
     from django.core.management import call_command
     from django.db import connection, transaction
 
     from django_sqlq import enqueue
+    from django_sqlq.db import ops_for
 
     call_command("migrate", verbosity=0, interactive=False)
+    if finished:
+        ops = ops_for("default")
+        uuid_sql = getattr(ops, "uuid_sql", None)
+        sql = PG_FINISHED.format(
+            n=finished,
+            uuid_column="uuid, " if uuid_sql else "",
+            uuid_value=f"{uuid_sql()}, " if uuid_sql else "",
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql.replace("%", "%%"), {})
     with transaction.atomic():
         for i in range(n):
             enqueue("noop", {"i": i})
@@ -271,7 +297,7 @@ def cmd_drain(args: argparse.Namespace) -> None:
             trees = args.tree if round_ % 2 == 0 else list(reversed(args.tree))
             for tree in trees:
                 name = fresh_db(db, args.tree.index(tree))
-                run_child(tree, db, name, "fill", str(args.n))
+                run_child(tree, db, name, "fill", str(args.n), str(args.finished))
                 run_child(tree, db, name, "worker", capture=False)
                 rate = drain_rate(db, name, args.n)
                 rates[(db, tree)].append(rate)
@@ -324,13 +350,16 @@ def cmd_cost(args: argparse.Namespace) -> None:
     n = args.n
     for slot, tree in enumerate(args.tree):
         name = fresh_db("pg", slot)
-        run_child(tree, "pg", name, "fill", str(n))
+        run_child(tree, "pg", name, "fill", str(n), str(args.finished))
         time.sleep(1)
         before = pg_snapshot(name)
         result = json.loads(run_child(tree, "pg", name, "counted").strip().splitlines()[-1])
         time.sleep(1)
         after = pg_snapshot(name)
-        print(f"\n## {tree}: {n:,} jobs, drained by one in-process worker\n")
+        print(
+            f"\n## {tree}: {n:,} jobs beside {args.finished:,} finished ones, drained by one "
+            "in-process worker\n"
+        )
         print("statements by kind (client side), and auto_explain's sums per job:\n")
         print(
             "| kind | statements | per job | buffers hit+read / job | dirtied / job "
@@ -400,7 +429,7 @@ def main() -> None:
         db, name, what, *rest = sys.argv[2:]
         configure(db, name)
         if what == "fill":
-            child_fill(int(rest[0]))
+            child_fill(int(rest[0]), int(rest[1]) if len(rest) > 1 else 0)
         elif what == "counted":
             child_counted()
         else:
@@ -413,6 +442,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--floor", action="store_true")
+    parser.add_argument(
+        "--finished", type=int, default=0, help="completed jobs in the table first (PostgreSQL)"
+    )
     args = parser.parse_args()
     args.tree = [str(Path(tree).resolve()) for tree in args.tree]
     {"drain": cmd_drain, "cost": cmd_cost}[args.command](args)
