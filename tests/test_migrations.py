@@ -68,8 +68,20 @@ def test_the_index_diet_drops_the_completed_at_index_and_keeps_existing_uuids():
         old_job.objects.bulk_create([old_job(type=f"old.job{n}") for n in range(20)])
         old = dict(Job.objects.values_list("id", "uuid"))
         assert {u.version for u in old.values()} == {4}
-        migrate([DIET_MIGRATION])
+        sent: list[str] = []
+        with connection.execute_wrapper(
+            lambda execute, sql, params, many, context: (
+                sent.append(sql) or execute(sql, params, many, context)
+            )
+        ):
+            migrate([DIET_MIGRATION])
         assert "sqlq_job_completed_idx" not in job_indexes()
+        # One statement, that blocks no writer on PostgreSQL; no table rebuilt on SQLite.
+        drops = [sql for sql in sent if "sqlq_job_completed_idx" in sql]
+        assert len(drops) == 1, sent
+        assert ("CONCURRENTLY" in drops[0]) == (connection.vendor == "postgresql")
+        rebuilt = [sql for sql in sent if "sqlq_job" in sql and "django_migrations" not in sql]
+        assert rebuilt == drops, rebuilt
         assert dict(Job.objects.values_list("id", "uuid")) == old  # nothing rewritten
         migrate([before.key])  # and back: the index is built again
         assert "sqlq_job_completed_idx" in job_indexes()

@@ -7,7 +7,8 @@
   partial). Dropped with ``DROP INDEX CONCURRENTLY`` on PostgreSQL: workers and enqueues go on
   while it runs, which is why this migration is not atomic.
 - ``uuid``'s default becomes ``models.new_uuid`` (version 7, time-ordered); ``enqueue()``'s
-  INSERTs write the same from SQL. Existing rows keep their uuids: nothing is rewritten.
+  INSERTs write the same from SQL. Existing rows keep their uuids, and the column is not
+  touched (the default is Python's): nothing is rewritten, on SQLite either.
 """
 
 from django.db import migrations, models
@@ -28,14 +29,20 @@ class Migration(migrations.Migration):
             model_name="job",
             name="sqlq_job_completed_idx",
         ),
-        migrations.AlterField(
-            model_name="job",
-            name="uuid",
-            field=models.UUIDField(
-                default=django_sqlq.models.new_uuid,
-                editable=False,
-                help_text="The job's unguessable public id: the tasks backend's result id.",
-                unique=True,
-            ),
+        # The default is Python's (the database's column has none): state only. As a plain
+        # AlterField, SQLite would rebuild the whole table to change nothing.
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AlterField(
+                    model_name="job",
+                    name="uuid",
+                    field=models.UUIDField(
+                        default=django_sqlq.models.new_uuid,
+                        editable=False,
+                        help_text="The job's unguessable public id: the tasks backend's result id.",
+                        unique=True,
+                    ),
+                ),
+            ],
         ),
     ]

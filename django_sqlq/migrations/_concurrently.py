@@ -34,10 +34,17 @@ class AddIndexConcurrently(migrations.AddIndex):
     """``AddIndex`` without blocking writes on PostgreSQL (``CREATE INDEX CONCURRENTLY``)."""
 
     def describe(self) -> str:
-        return f"Concurrently create index {self.index.name} on model {self.model_name}"
+        return (
+            f"Create index {self.index.name} on model {self.model_name} "
+            "(CONCURRENTLY on PostgreSQL)"
+        )
 
     def database_forwards(
-        self, app_label: str, schema_editor: BaseDatabaseSchemaEditor, from_state: Any, to_state: Any
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
     ) -> None:
         if not _concurrently(schema_editor):
             super().database_forwards(app_label, schema_editor, from_state, to_state)
@@ -47,7 +54,11 @@ class AddIndexConcurrently(migrations.AddIndex):
             schema_editor.add_index(model, self.index, concurrently=True)  # type: ignore[call-arg]
 
     def database_backwards(
-        self, app_label: str, schema_editor: BaseDatabaseSchemaEditor, from_state: Any, to_state: Any
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
     ) -> None:
         if not _concurrently(schema_editor):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
@@ -62,10 +73,14 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
     CONCURRENTLY``); going back builds the index with ``CREATE INDEX CONCURRENTLY``."""
 
     def describe(self) -> str:
-        return f"Concurrently remove index {self.name} from {self.model_name}"
+        return f"Remove index {self.name} from {self.model_name} (CONCURRENTLY on PostgreSQL)"
 
     def database_forwards(
-        self, app_label: str, schema_editor: BaseDatabaseSchemaEditor, from_state: Any, to_state: Any
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
     ) -> None:
         if not _concurrently(schema_editor):
             super().database_forwards(app_label, schema_editor, from_state, to_state)
@@ -78,7 +93,11 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
             schema_editor.remove_index(model, index, concurrently=True)  # type: ignore[call-arg]
 
     def database_backwards(
-        self, app_label: str, schema_editor: BaseDatabaseSchemaEditor, from_state: Any, to_state: Any
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
     ) -> None:
         if not _concurrently(schema_editor):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
