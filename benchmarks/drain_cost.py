@@ -118,14 +118,16 @@ def child_fill(n: int, finished: int = 0) -> None:
         )
         with connection.cursor() as cursor:
             cursor.execute(sql.replace("%", "%%"), {})
+    started = time.perf_counter()
     with transaction.atomic():
         for i in range(n):
             enqueue("noop", {"i": i})
+    enqueue_rate = n / (time.perf_counter() - started)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE sqlq_job")
             cursor.execute("CHECKPOINT")
-    print(json.dumps({"django_sqlq": __import__("django_sqlq").__file__}))
+    print(json.dumps({"enqueue_rate": enqueue_rate}))
 
 
 def kind_of(sql: str) -> str:
@@ -154,14 +156,20 @@ def child_counted() -> None:
     from django.db.backends.signals import connection_created
 
     counts: dict[str, int] = defaultdict(int)
+    seconds: dict[str, float] = defaultdict(float)
     plans: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     lock = threading.Lock()
     execute, executemany = utils.CursorWrapper.execute, utils.CursorWrapper.executemany
 
     def counted_execute(self: Any, sql: str, params: Any = None) -> Any:
-        with lock:
-            counts[kind_of(sql)] += 1
-        return execute(self, sql, params)
+        kind = kind_of(sql)
+        started = time.perf_counter()
+        try:
+            return execute(self, sql, params)
+        finally:
+            with lock:
+                counts[kind] += 1
+                seconds[kind] += time.perf_counter() - started
 
     def counted_executemany(self: Any, sql: str, param_list: Any) -> Any:
         with lock:
@@ -213,7 +221,15 @@ def child_counted() -> None:
 
     connection_created.connect(explain)
     call_command("sqlq_worker", "--burst", stdout=io.StringIO(), stderr=io.StringIO())
-    print(json.dumps({"counts": dict(counts), "plans": {k: dict(v) for k, v in plans.items()}}))
+    print(
+        json.dumps(
+            {
+                "counts": dict(counts),
+                "seconds": dict(seconds),
+                "plans": {k: dict(v) for k, v in plans.items()},
+            }
+        )
+    )
 
 
 def child_worker() -> None:
@@ -297,11 +313,17 @@ def cmd_drain(args: argparse.Namespace) -> None:
             trees = args.tree if round_ % 2 == 0 else list(reversed(args.tree))
             for tree in trees:
                 name = fresh_db(db, args.tree.index(tree))
-                run_child(tree, db, name, "fill", str(args.n), str(args.finished))
+                out = run_child(tree, db, name, "fill", str(args.n), str(args.finished))
+                enqueued = json.loads(out.strip().splitlines()[-1])["enqueue_rate"]
                 run_child(tree, db, name, "worker", capture=False)
                 rate = drain_rate(db, name, args.n)
                 rates[(db, tree)].append(rate)
-                print(f"round {round_ + 1} {db} {tree}: {rate:,.0f} jobs/s", flush=True)
+                rates[(db, f"{tree} (enqueue() in one transaction)")].append(enqueued)
+                print(
+                    f"round {round_ + 1} {db} {tree}: drain {rate:,.0f} jobs/s "
+                    f"(enqueue {enqueued:,.0f}/s)",
+                    flush=True,
+                )
             if args.floor:
                 rate = floor_rate(db, args.n)
                 rates[(db, "floor b100")].append(rate)
@@ -362,10 +384,11 @@ def cmd_cost(args: argparse.Namespace) -> None:
         )
         print("statements by kind (client side), and auto_explain's sums per job:\n")
         print(
-            "| kind | statements | per job | buffers hit+read / job | dirtied / job "
+            "| kind | statements | per job | µs / job (wall, client side) "
+            "| buffers hit+read / job | dirtied / job "
             "| WAL records / job | FPI / job | WAL bytes / job |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         plans = result["plans"]
         total: dict[str, float] = defaultdict(float)
         for kind, count in sorted(result["counts"].items(), key=lambda kv: -kv[1]):
@@ -383,13 +406,16 @@ def cmd_cost(args: argparse.Namespace) -> None:
             ):
                 total[key] += value
             total["statements"] += count
+            spent = result.get("seconds", {}).get(kind, 0.0)
+            total["seconds"] += spent
             print(
-                f"| {kind} | {count} | {count / n:.4f} | "
+                f"| {kind} | {count} | {count / n:.4f} | {spent / n * 1e6:.1f} | "
                 + " | ".join(f"{value / n:.2f}" for value in cells)
                 + " |"
             )
         print(
             f"| all | {total['statements']:.0f} | {total['statements'] / n:.4f} | "
+            f"{total['seconds'] / n * 1e6:.1f} | "
             + " | ".join(
                 f"{total[key] / n:.2f}"
                 for key in ("buffers", "dirtied", "records", "fpi", "bytes")
