@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -69,11 +70,12 @@ def test_the_index_diet_drops_the_completed_at_index_and_keeps_existing_uuids():
         old = dict(Job.objects.values_list("id", "uuid"))
         assert {u.version for u in old.values()} == {4}
         sent: list[str] = []
-        with connection.execute_wrapper(
-            lambda execute, sql, params, many, context: (
-                sent.append(sql) or execute(sql, params, many, context)
-            )
-        ):
+
+        def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            sent.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(record):
             migrate([DIET_MIGRATION])
         assert "sqlq_job_completed_idx" not in job_indexes()
         # One statement, that blocks no writer on PostgreSQL; no table rebuilt on SQLite.
