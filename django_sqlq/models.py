@@ -133,7 +133,7 @@ class Job(models.Model):
     # Unique, so indexed: the tasks backend's get_result() and the admin's search find a
     # job by it. Time-ordered (version 7): every row version of a job (its INSERT, its
     # claim's and its completion's UPDATE) enters this index, and recent jobs' entries sit
-    # together at its end, where random (version 4) ones, as before 0012, landed on a
+    # together at its end, where random (version 4) ones, as before 0013, landed on a
     # random leaf page each.
     uuid = models.UUIDField(
         default=new_uuid,
@@ -297,7 +297,7 @@ class Job(models.Model):
             # ones kept for a month; prune() and prunable() repeat this condition, so that
             # SQLite's planner can use it) and the dashboard's throughput (a range of
             # completed_at per status, db.stats.FINISHED_SQL). Each job enters it once,
-            # when it finishes. (Until 0012 a second, plain index on completed_at served
+            # when it finishes. (Until 0013 a second, plain index on completed_at served
             # the dashboard: every enqueue, claim and completion wrote an entry in it.)
             models.Index(
                 fields=["status", "completed_at"],

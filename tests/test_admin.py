@@ -888,7 +888,7 @@ def test_throughput_buckets_per_minute_and_per_hour() -> None:
 
 def test_throughput_reads_the_finished_index(engine: str) -> None:
     """The dashboard's throughput is a range of ``sqlq_job_finished_idx`` per status (the
-    index the pruner walks; no index on ``completed_at`` alone since 0012), on both engines:
+    index the pruner walks; no index on ``completed_at`` alone since 0013), on both engines:
     the query repeats that partial index's condition, which SQLite's planner needs to see."""
     recorded: list[tuple[str, Any]] = []
 

@@ -45,10 +45,10 @@ def test_existing_jobs_get_distinct_random_uuids():
     from django_sqlq import enqueue
 
     assert enqueue("tests.noop").uuid not in set(uuids)
-    assert Job.objects.create(type="tests.noop").uuid.version == 7  # since 0012
+    assert Job.objects.create(type="tests.noop").uuid.version == 7  # since 0013
 
 
-DIET_MIGRATION = ("django_sqlq", "0012_index_diet")
+DIET_MIGRATION = ("django_sqlq", "0013_index_diet")
 
 
 def job_indexes() -> set[str]:

@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("django_sqlq", "0011_workflows"),
+        ("django_sqlq", "0012_database_schedules"),
     ]
 
     operations = [
