@@ -459,10 +459,11 @@ def _finished_per_minute(
     alias: str, since: datetime, until: datetime
 ) -> dict[datetime, dict[str, int]]:
     """Completed and failed jobs per UTC minute with ``since <= completed_at < until``: one
-    query, a range of the ``completed_at`` index."""
+    query, a range of ``sqlq_job_finished_idx`` per status."""
     rows = (
         Job.objects.using(alias)
         .filter(
+            stats.finished(),
             completed_at__gte=since,
             completed_at__lt=until,
             status__in=[JobStatus.COMPLETED, JobStatus.FAILED],

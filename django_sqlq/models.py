@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from datetime import datetime
 from typing import Any, ClassVar
@@ -87,6 +88,18 @@ class JobQuerySet(models.QuerySet["Job"]):
         )
 
 
+def new_uuid() -> uuid.UUID:
+    """A new job's public id: a version 7 UUID (RFC 9562), the Unix time in milliseconds
+    followed by 74 random bits (``os.urandom``): unguessable, and ordered by creation time
+    so that new entries of the unique index go to its end. The INSERTs of ``enqueue()``
+    write the same from SQL (``QueueOps.uuid_sql``)."""
+    value = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80
+    value |= int.from_bytes(os.urandom(10), "big") & ((1 << 80) - 1)
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC's variant
+    return uuid.UUID(int=value)
+
+
 def _queue_alias() -> str | None:
     """``SQLQ["DATABASE"]``, or None while the setting is invalid (the checks report it)."""
     from django_sqlq.conf import get_settings
@@ -117,8 +130,13 @@ class Job(models.Model):
     ``django_sqlq.workflows``, which it calls, for jobs that wait for others)."""
 
     id = models.BigAutoField(primary_key=True)
+    # Unique, so indexed: the tasks backend's get_result() and the admin's search find a
+    # job by it. Time-ordered (version 7): every row version of a job (its INSERT, its
+    # claim's and its completion's UPDATE) enters this index, and recent jobs' entries sit
+    # together at its end, where random (version 4) ones, as before 0013, landed on a
+    # random leaf page each.
     uuid = models.UUIDField(
-        default=uuid.uuid4,
+        default=new_uuid,
         unique=True,
         editable=False,
         help_text=_("The job's unguessable public id: the tasks backend's result id."),
@@ -239,50 +257,64 @@ class Job(models.Model):
             ("retry_job", _("Can retry jobs")),
             ("cancel_job", _("Can cancel jobs")),
         ]
+        # Every index names the queries that read it (docs/explanation/partial-index.md has
+        # the list). Claims and completions change ``status``, so on PostgreSQL no UPDATE of
+        # a job is HOT: each writes a new row version and an entry into every index that is
+        # not partial (the primary key, ``uuid``) and into each partial index whose
+        # condition the new version meets. An index earns its place by a reader that needs
+        # it; partial ones take only the rows their readers look for.
         indexes = [
-            # The claim: runnable jobs of a queue in claim order. Partial, so finished rows
-            # (millions, on a busy site) never enter it.
+            # The claim (QueueOps.claim_ids_sql): runnable jobs of a queue in claim order;
+            # pending_queues() skips through it. Entered at enqueue, never again on the plain
+            # path. Partial, so finished rows (millions, on a busy site) never enter it.
             models.Index(
                 fields=["queue", "-priority", "scheduled_at", "id"],
                 name="sqlq_job_claim_idx",
                 condition=Q(status="pending"),
             ),
-            # Future jobs, kept out of the claim's index: the workers move those that come
-            # due to pending (oldest first) and sleep until the next one is due.
+            # Future jobs, kept out of the claim's index: promote() moves those that come
+            # due to pending (oldest first), next_due_in() tells an idle worker when to
+            # wake. Jobs enqueued to run now never enter it.
             models.Index(
                 fields=["scheduled_at"],
                 name="sqlq_job_scheduled_idx",
                 condition=Q(status="scheduled"),
             ),
-            # The reaper: expired leases among the few processing rows.
+            # The reaper (reap(): expired leases), running_counts() of the queue limits and
+            # the dashboard's expired leases and running jobs: among the few processing
+            # rows. Each claim enters a job once.
             models.Index(
                 fields=["lease_expires_at"],
                 name="sqlq_job_lease_idx",
                 condition=Q(status="processing"),
             ),
-            # The operators' list of failures, newest first. Partial: claims and completions
+            # The operators' list of failures, newest first (the Failed jobs admin), the
+            # dashboard's and the metrics' failed counts. Partial: claims and completions
             # never touch it (a plain index on status would be rewritten by every claim).
             models.Index(fields=["-id"], name="sqlq_job_failed_idx", condition=Q(status="failed")),
-            # Throughput over time (the dashboard).
-            models.Index(fields=["completed_at"], name="sqlq_job_completed_idx"),
-            # The pruner: a status's oldest finished rows first. Per status, so that pruning
-            # completed jobs after a day never walks the failed ones kept for a month. Partial:
-            # claims never touch it, each job enters it once, when it finishes. The pruner's
-            # statements repeat this condition, so that SQLite's planner can use it.
+            # Finished rows by status and time: the pruner (a status's oldest rows first,
+            # per status so that pruning completed jobs after a day never walks the failed
+            # ones kept for a month; prune() and prunable() repeat this condition, so that
+            # SQLite's planner can use it) and the dashboard's throughput (a range of
+            # completed_at per status, db.stats.FINISHED_SQL). Each job enters it once,
+            # when it finishes. (Until 0013 a second, plain index on completed_at served
+            # the dashboard: every enqueue, claim and completion wrote an entry in it.)
             models.Index(
                 fields=["status", "completed_at"],
                 name="sqlq_job_finished_idx",
                 condition=Q(status__in=statuses.FINISHED),
             ),
-            # A key's jobs, finished ones too (unique_for looks among those). Partial: jobs
-            # without a key never enter it.
+            # A key's jobs, finished ones too: holder_sql() (the job that holds a key) and
+            # unique_for's look among recently finished ones. Partial: jobs without a key
+            # never enter it.
             models.Index(
                 fields=["unique_key"],
                 name="sqlq_job_unique_key_idx",
                 condition=Q(unique_key__isnull=False),
             ),
-            # The cancel requests among a worker's running jobs (read twice a second by each
-            # busy worker). Partial: only requested, still running jobs ever enter it.
+            # cancel_requests(): the cancel requests among a worker's running jobs (read
+            # twice a second by each busy worker). Partial: only requested, still running
+            # jobs ever enter it.
             models.Index(
                 fields=["locked_by"],
                 name="sqlq_job_cancel_idx",
@@ -293,9 +325,10 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=JobStatus.values), name="sqlq_job_status_valid"
             ),
-            # A chain's steps, in order (the admin's chain page, depends_on=[chain]); unique:
-            # a step is written once, in the transaction that completes the step before it.
-            # Partial: jobs outside chains never enter it.
+            # A chain's steps, in order (the admin's chain page, chain_last_step(),
+            # has_next_step(), depends_on=[chain]); unique: a step is written once, in the
+            # transaction that completes the step before it. Partial: jobs outside chains
+            # never enter it.
             models.UniqueConstraint(
                 fields=["chain_id", "chain_index"],
                 name="sqlq_job_chain_step_unique",

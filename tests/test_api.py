@@ -255,3 +255,27 @@ def test_decode_json_reads_text_bytes_and_decoded_values():
     assert decode_json(encode_json(value)) == value
     assert decode_json(encode_json(value).encode()) == value
     assert decode_json(value) is value
+
+
+def test_new_jobs_get_time_ordered_version_7_uuids() -> None:
+    """enqueue() and bulk_enqueue() (SQL), and the ORM (models.new_uuid) write version 7
+    uuids: a later job's sorts after an earlier one's (the unique index's new entries go to
+    its end), and the random part differs."""
+    import time
+    import uuid
+
+    from django_sqlq.models import Job, new_uuid
+
+    made = [enqueue("tests.noop").uuid]
+    time.sleep(0.002)
+    made += [job.uuid for job in bulk_enqueue("tests.noop", [{}, {}])]
+    time.sleep(0.002)
+    made.append(Job.objects.create(type="tests.noop").uuid)
+    time.sleep(0.002)
+    made.append(new_uuid())
+    assert all(isinstance(u, uuid.UUID) and u.version == 7 for u in made), made
+    assert all(u.variant == uuid.RFC_4122 for u in made)
+    assert made[0] < min(made[1], made[2])
+    assert max(made[1], made[2]) < made[3] < made[4]
+    assert len({u.int & ((1 << 62) - 1) for u in made}) == len(made)
+    assert [u for (u,) in Job.objects.order_by("id").values_list("uuid")] == made[:4]

@@ -170,11 +170,12 @@ def test_result_ids_are_unguessable_uuids_and_nothing_else_is_found(tasks, backe
     first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
     echo = tasks.echo.enqueue()
     job = Job.objects.get(uuid=first.id)
-    # A UUID (what apps store in a UUIDField), random: not the job's id, nor a neighbour's.
+    # A UUID (what apps store in a UUIDField), time-ordered but random after its first 48
+    # bits (the milliseconds): not the job's id, nor derived from a neighbour's.
     assert str(uuid.UUID(first.id)) == first.id
-    assert uuid.UUID(first.id).version == 4
+    assert uuid.UUID(first.id).version == 7
     assert first.id != str(job.pk)
-    assert first.id[:8] != second.id[:8]
+    assert first.id[-12:] != second.id[-12:]
     assert backend.get_result(first.id) == first
     assert backend.get_result(first.id.upper()).id == first.id  # a UUID, in either case
     for bad in [str(job.pk), "0", "-1", "1.0", " 1", "007", "abc", "", "١٢", "9" * 30,

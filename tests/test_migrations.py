@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -44,4 +45,48 @@ def test_existing_jobs_get_distinct_random_uuids():
     from django_sqlq import enqueue
 
     assert enqueue("tests.noop").uuid not in set(uuids)
-    assert Job.objects.create(type="tests.noop").uuid.version == 4
+    assert Job.objects.create(type="tests.noop").uuid.version == 7  # since 0013
+
+
+DIET_MIGRATION = ("django_sqlq", "0013_index_diet")
+
+
+def job_indexes() -> set[str]:
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Job._meta.db_table)
+    return {name for name, info in constraints.items() if info["index"]}
+
+
+def test_the_index_diet_drops_the_completed_at_index_and_keeps_existing_uuids():
+    executor = MigrationExecutor(connection)
+    [before] = executor.loader.graph.node_map[DIET_MIGRATION].parents
+    leaves = executor.loader.graph.leaf_nodes("django_sqlq")
+    assert not executor.loader.get_migration(*DIET_MIGRATION).atomic  # CONCURRENTLY
+    executor = migrate([before.key])
+    try:
+        assert "sqlq_job_completed_idx" in job_indexes()
+        old_job = executor.loader.project_state([before.key]).apps.get_model("django_sqlq", "Job")
+        old_job.objects.bulk_create([old_job(type=f"old.job{n}") for n in range(20)])
+        old = dict(Job.objects.values_list("id", "uuid"))
+        assert {u.version for u in old.values()} == {4}
+        sent: list[str] = []
+
+        def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            sent.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(record):
+            migrate([DIET_MIGRATION])
+        assert "sqlq_job_completed_idx" not in job_indexes()
+        # One statement, that blocks no writer on PostgreSQL; no table rebuilt on SQLite.
+        drops = [sql for sql in sent if "sqlq_job_completed_idx" in sql]
+        assert len(drops) == 1, sent
+        assert ("CONCURRENTLY" in drops[0]) == (connection.vendor == "postgresql")
+        rebuilt = [sql for sql in sent if "sqlq_job" in sql and "django_migrations" not in sql]
+        assert rebuilt == drops, rebuilt
+        assert dict(Job.objects.values_list("id", "uuid")) == old  # nothing rewritten
+        migrate([before.key])  # and back: the index is built again
+        assert "sqlq_job_completed_idx" in job_indexes()
+    finally:
+        migrate(leaves)
+    assert "sqlq_job_completed_idx" not in job_indexes()

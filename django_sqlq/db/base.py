@@ -100,9 +100,9 @@ class QueueOps:
         raise NotImplementedError
 
     def uuid_sql(self) -> str:
-        """SQL for a new random (version 4) UUID as the ``uuid`` column stores it; one per
-        row. It is each job's result id in the tasks backend: unguessable, so not derived
-        from the id."""
+        """SQL for a new time-ordered (version 7) UUID as the ``uuid`` column stores it,
+        as ``models.new_uuid`` makes them; one per row. It is each job's result id in the
+        tasks backend: unguessable (74 random bits), so not derived from the id."""
         raise NotImplementedError
 
     def later_sql(self, seconds: str) -> str:

@@ -39,7 +39,7 @@ class New(enum.Enum):
     INITIAL_STATUS = "scheduled if scheduled_at is still to come, else pending"
     SCHEDULED_AT = "the run_at given, else now plus the delay given"
     NOW = "the database's clock"
-    UUID = "a new random UUID"
+    UUID = "a new time-ordered (version 7) UUID"
     EMPTY_JSON_LIST = "an empty JSON list"
 
 

@@ -115,6 +115,17 @@ _LEASE_ERROR = (
 )
 
 
+# A version 7 UUID (as models.new_uuid): gen_random_uuid()'s (built in since PostgreSQL 13,
+# strong randomness) with its first 48 bits replaced by the time in milliseconds, and its
+# version nibble turned from 4 (0100) to 7 (0111) by setting bits 52 and 53. PostgreSQL 18
+# has uuidv7(); this works from 13 on. clock_timestamp(): each row its own.
+_UUID7 = (
+    "encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing "
+    "substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) "
+    "FROM 3) FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
+)
+
+
 # pg_try_advisory_lock key: one tidy (VACUUM of the jobs table) at a time across workers.
 TIDY_LOCK = 0x5351_4C51_7469_6479  # "SQLQtidy"
 
@@ -123,7 +134,7 @@ class PostgreSQLOps(QueueOps):
     needs_tidy = True
 
     def uuid_sql(self) -> str:
-        return "gen_random_uuid()"  # built in since PostgreSQL 13: strong randomness
+        return _UUID7
 
     def now_sql(self) -> str:
         return _NOW

@@ -57,11 +57,15 @@ _LEASE_ERROR = (
     "'message', 'lease expired', 'traceback', ''))"
 )
 
-# A version 4 UUID as Django's UUIDField stores it on SQLite (32 lower-case hex digits):
-# randomblob() draws from SQLite's cryptographic PRNG, seeded from the OS; the version nibble
-# is 4 and the variant nibble one of 8, 9, a, b. Each call is evaluated per row.
-_UUID4 = (
-    "lower(hex(randomblob(6)) || '4' || substr(hex(randomblob(2)), 2) "
+# A version 7 UUID (as models.new_uuid) as Django's UUIDField stores it on SQLite (32
+# lower-case hex digits): the Unix time in milliseconds (48 bits), the version nibble 7, then
+# random bits from randomblob() (SQLite's cryptographic PRNG, seeded from the OS) but for the
+# variant nibble, one of 8, 9, a, b. The time is the statement's ('now' is fixed for one
+# statement: the rows of a bulk_enqueue share it); the random part is drawn per row. ('%%':
+# the statements that hold it take named parameters, which turn it into '%'.)
+_UUID7 = (
+    "lower(printf('%%012x', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)) "
+    "|| '7' || substr(hex(randomblob(2)), 2) "
     "|| substr('89ab', 1 + (random() & 3), 1) || substr(hex(randomblob(2)), 2) "
     "|| hex(randomblob(6)))"
 )
@@ -170,7 +174,7 @@ class SQLiteOps(QueueOps):
         return f"CAST({column} AS TEXT)"
 
     def uuid_sql(self) -> str:
-        return _UUID4
+        return _UUID7
 
     def now_sql(self) -> str:
         return _NOW_LOCAL if _local_time() else _NOW

@@ -12,8 +12,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import F, Func
+from django.db.models import BooleanField, F, Func
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr, TruncMinute
+
+from django_sqlq import statuses
+
+#: The condition of ``sqlq_job_finished_idx``, word for word as its migration wrote it
+#: (the pruner's statements repeat it too): SQLite's planner uses a partial index only for a
+#: query whose WHERE clause holds the index's condition itself, with literals, not
+#: parameters; PostgreSQL proves it from ``status IN (...)`` either way.
+FINISHED_SQL = "status IN ({})".format(", ".join(f"'{status}'" for status in statuses.FINISHED))
+
+
+def finished() -> RawSQL:
+    """A filter on the finished rows that lets both engines read ``sqlq_job_finished_idx``
+    (``Job.objects.filter(finished(), ...)``)."""
+    return RawSQL(FINISHED_SQL, (), output_field=BooleanField())  # noqa: S611 (a constant)
 
 
 def finished_minute(alias: str) -> Func:
