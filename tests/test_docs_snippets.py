@@ -361,6 +361,7 @@ def test_sqlite_to_postgresql(project: Project) -> None:
         "sqlq_job_blocker",
         "sqlq_maintenance",
         "sqlq_queue",
+        "sqlq_schedule",
         "sqlq_schedule_tick",
         "sqlq_worker",
     ]
