@@ -24,6 +24,28 @@ ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["django_sqlq.pytest_plugin"]
 
 
+# -- tiers (scripts/test) -------------------------------------------------------------------
+
+# Tests marked "processes" run on every engine but in one Python/Django pair (scripts/test
+# explains the tiers; `-m "not processes"` leaves them out). A test is marked when it asks for
+# one of these fixtures (it starts real processes: sqlq_worker, manage.py, python -c; or makes
+# a database of its own)...
+PROCESS_FIXTURES = frozenset({"spawn_worker", "worker_env", "fresh_database"})
+# ...or lives in one of these modules: the adversaries' suites, which race real workers over
+# thousands of rows, an engine's behaviour more than Django's.
+PROCESS_MODULES = ("test_adversary_*.py",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    processes = pytest.mark.processes
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(
+            item.path.match(pattern) for pattern in PROCESS_MODULES
+        ):
+            item.add_marker(processes)
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
