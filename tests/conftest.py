@@ -32,8 +32,15 @@ pytest_plugins = ["django_sqlq.pytest_plugin"]
 # a database of its own)...
 PROCESS_FIXTURES = frozenset({"spawn_worker", "worker_env", "fresh_database"})
 # ...or lives in one of these modules: the adversaries' suites, which race real workers over
-# thousands of rows, an engine's behaviour more than Django's.
-PROCESS_MODULES = ("test_adversary_*.py",)
+# thousands of rows, an engine's behaviour more than Django's; the how-tos run as a reader
+# runs them (a new project and its manage.py commands per page); SQLite projects of their own.
+PROCESS_MODULES = (
+    "test_adversary_*.py",
+    "test_adv26_*.py",
+    "test_docs_snippets.py",
+    "test_sqlite_space_projects.py",
+    "test_workflow_contention.py",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
