@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,8 +21,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -113,12 +113,11 @@ def test_a_job_from_another_database_is_not_taken_for_a_job_of_this_one() -> Non
         elsewhere = enqueue("tests.noop", {})
     assert elsewhere._state.db == "other"
     unrelated = enqueue("tests.noop", {})
-    while unrelated.pk != elsewhere.pk:  # one id on both databases (sequences without gaps)
-        if unrelated.pk < elsewhere.pk:
-            unrelated = enqueue("tests.noop", {})
-        else:
-            with other:
-                elsewhere = enqueue("tests.noop", {})
+    # One id on both databases: the other database's job takes this one's id.
+    with connections["other"].cursor() as cursor:
+        cursor.execute("DELETE FROM sqlq_job WHERE id = %s", [unrelated.pk])
+        cursor.execute("UPDATE sqlq_job SET id = %s WHERE id = %s", [unrelated.pk, elsewhere.pk])
+    elsewhere.pk = unrelated.pk
     assert Job.objects.using("default").filter(pk=elsewhere.pk).exists()
     with pytest.raises((InvalidJobError, ValueError)):
         enqueue("tests.noop", {}, depends_on=[elsewhere])
@@ -536,25 +535,26 @@ def test_the_tasks_backend_reports_a_blocked_job_as_ready() -> None:
 
 def test_a_fan_in_over_ten_thousand_jobs() -> None:
     group = bulk_enqueue("tests.noop", [{} for _ in range(10_000)])
-    started = time.monotonic()
-    fan_in = group.then("tests.noop", {})
-    by_ids = enqueue("tests.noop", {}, depends_on=[j.pk for j in group])
-    enqueue_seconds = time.monotonic() - started
+    # The group's 10,000 chains are looked up, locked and recorded per chunk of 500 ids, not
+    # job by job (three statements per chain before): a fan-in costs about as much as
+    # writing its blocker rows.
+    with CaptureQueriesContext(connection) as then_queries:
+        fan_in = group.then("tests.noop", {})
+    with CaptureQueriesContext(connection) as ids_queries:
+        by_ids = enqueue("tests.noop", {}, depends_on=[j.pk for j in group])
+    chunks = 10_000 // 500
+    assert len(then_queries) <= 4 * chunks + 10, len(then_queries)
+    assert len(ids_queries) <= 2 * chunks + 10, len(ids_queries)
     assert status(fan_in) == JobStatus.BLOCKED
-    assert enqueue_seconds < 20, enqueue_seconds
-    started = time.monotonic()
     run_burst(queues=["default"], concurrency=8)
     assert status(fan_in) == JobStatus.COMPLETED
     assert status(by_ids) == JobStatus.COMPLETED
     assert JobBlocker.objects.count() == 0
-    assert time.monotonic() - started < 120
 
 
 def test_a_chain_of_a_thousand_steps(django_assert_max_num_queries: Any) -> None:
     first = enqueue("advwf.recurse", {"n": 0, "of": 1000})
-    started = time.monotonic()
     run_burst(queues=["default"])
-    assert time.monotonic() - started < 120
     with django_assert_max_num_queries(2):
         steps = list(Chain(first.pk).jobs())
     assert [j.chain_index for j in steps] == list(range(1000))
