@@ -23,6 +23,7 @@ worker that loses the race to the row writes nothing. Which tick is due is decid
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -431,14 +432,15 @@ def stored(
 ) -> Stored:
     """Read the enabled ``DatabaseSchedule`` rows (one query) into Schedules. A row that
     does not validate, or whose name a code schedule (``code``) uses, goes into ``errors``
-    instead. ``cache`` (by id and ``updated_at``) spares parsing unchanged rows again."""
+    instead. ``cache`` (by the row's content: see ``_content``) spares parsing unchanged
+    rows again."""
     from django_sqlq.models import DatabaseSchedule
 
     found: dict[str, Schedule] = {}
     errors: dict[str, str] = {}
     seen: dict[Any, Schedule | str] = {}
     for row in DatabaseSchedule.objects.using(database).filter(enabled=True):
-        key = (row.pk, row.updated_at)
+        key = _content(row)
         parsed = cache.get(key) if cache is not None else None
         if parsed is None:
             parsed = _stored_one(row, code)
@@ -451,6 +453,13 @@ def stored(
         cache.clear()
         cache.update(seen)
     return Stored(found, errors)
+
+
+def _content(row: DatabaseSchedule) -> tuple[Any, str]:
+    """A row's id and every field's value: an edit made around save() (``update()``, SQL
+    from a shell or a data migration) leaves ``updated_at`` as it was, not the content."""
+    values = {f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields}
+    return row.pk, json.dumps(values, sort_keys=True, default=str)
 
 
 def _stored_one(row: DatabaseSchedule, code: Mapping[str, Schedule]) -> Schedule | str:

@@ -384,13 +384,6 @@ def test_a_row_whose_handler_disappears_is_skipped_and_others_run(
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="an edit made with QuerySet.update() or SQL (a shell, a data migration, an "
-    "operator's UPDATE) is never seen by running workers: they keep enqueueing the old "
-    "payload/cron while a worker started later uses the new one; recurring-jobs.md: running "
-    "workers read the rows at every pass, only rows that did not change are not parsed again",
-)
 def test_an_edit_made_with_update_is_followed_by_running_workers() -> None:
     clock = Clock(at("2026-01-10 00:59:30"))
     worker = scheduler_at(clock)
