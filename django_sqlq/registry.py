@@ -455,11 +455,8 @@ def _discover_for_check() -> None:
     from django_sqlq import compat
 
     global _discovered
-    try:
+    with contextlib.suppress(Exception):  # anything a module raises: each app alone below
         autodiscover()
-    except Exception:  # noqa: BLE001 (anything a module raises: each app alone below)
-        pass
-    else:
         return
     names = ["jobs", "tasks"] if compat.AVAILABLE else ["jobs"]
     for app_config in apps.get_app_configs():

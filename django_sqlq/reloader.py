@@ -131,7 +131,7 @@ def wait_for_change() -> int:
     ``jobs.py`` found by the system checks, say) and has said so: wait for a change to a
     watched file (RESTART) or for SIGTERM/SIGINT (0), as runserver does."""
     changed = threading.Event()
-    reloader = _watch(changed, lambda path: None)
+    reloader = _watch(changed, lambda _path: None)
     orphaned = _watch_parent(lambda: None)
     try:
         _wait_for(changed, orphaned)

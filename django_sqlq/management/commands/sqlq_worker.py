@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.management.base import CommandError, CommandParser
-from django.utils import autoreload
 from django.db import DatabaseError, connections
+from django.utils import autoreload
 
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
