@@ -177,12 +177,6 @@ def test_the_admin_form_refuses_bad_input_without_a_server_error(
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="the admin's schedule form with a payload holding a lone surrogate "
-    "('{\"a\": \"\\ud800\"}', which enqueue() and sqlq_jobs refuse with a message) raises "
-    "a server error (UnicodeEncodeError) instead of an error on the payload field",
-)
 def test_the_admin_form_refuses_a_lone_surrogate_in_the_payload(login: Any) -> None:
     client = login("add_databaseschedule", "view_databaseschedule")
     response = client.post(reverse(ADD), form(payload='{"a": "\\ud800"}'))
@@ -192,11 +186,6 @@ def test_the_admin_form_refuses_a_lone_surrogate_in_the_payload(login: Any) -> N
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="the admin's schedule form with a deeply nested payload (5000 levels) raises a "
-    "server error (RecursionError) instead of an error on the payload field",
-)
 def test_the_admin_form_refuses_a_deeply_nested_payload(login: Any) -> None:
     client = login("add_databaseschedule", "view_databaseschedule")
     response = client.post(reverse(ADD), form(payload="[" * 5000 + "]" * 5000))
