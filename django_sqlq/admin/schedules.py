@@ -32,7 +32,7 @@ from django.utils.translation import gettext, gettext_lazy
 from django_sqlq import registry, schedules
 from django_sqlq.admin.display import admin_links, queue_alias
 from django_sqlq.exceptions import ConfigurationError, PayloadError, SQLQError
-from django_sqlq.jsoncodec import encode_json, parse_json
+from django_sqlq.jsoncodec import encode_json, parse_json, too_deep
 from django_sqlq.models import DatabaseSchedule, Job, ScheduleTick
 
 if TYPE_CHECKING:
@@ -274,14 +274,16 @@ class StorableJSONField(forms.JSONField):
     cannot be written out."""
 
     def to_python(self, value: Any) -> Any:
-        if self.disabled or value in self.empty_values or not isinstance(value, str):
-            return super().to_python(value)
         try:
-            parsed = parse_json(value, what="value")
-            encode_json(parsed, what="value")
-        except PayloadError as exc:
-            raise forms.ValidationError(str(exc), code="invalid") from exc
-        return super().to_python(value)
+            converted = super().to_python(value)
+        except RecursionError as exc:
+            raise forms.ValidationError(str(too_deep("value")), code="invalid") from exc
+        if isinstance(value, str) and not self.disabled:
+            try:
+                encode_json(converted, what="value")
+            except PayloadError as exc:
+                raise forms.ValidationError(str(exc), code="invalid") from exc
+        return converted
 
     def bound_data(self, data: Any, initial: Any) -> Any:
         if self.disabled or data is None:
