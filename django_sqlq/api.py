@@ -28,6 +28,7 @@ from django_sqlq.jsoncodec import encode_json as encode_json  # re-exported (old
 from django_sqlq.logs import job_extra
 from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobStatus
 from django_sqlq.models import Chain as Chain  # re-exported: django_sqlq.Chain
+from django_sqlq.schema import migrate_command
 from django_sqlq.workflows import JobGroup as JobGroup  # re-exported: django_sqlq.JobGroup
 
 Target = str | Callable[..., Any]
@@ -177,7 +178,7 @@ def _write(
         if is_missing_table(exc):
             raise ConfigurationError(
                 f"The jobs table does not exist in database {queue_alias!r}: run "
-                "`python manage.py migrate` first."
+                f"`{migrate_command(queue_alias)}` first."
             ) from exc
         raise
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from django_sqlq.exceptions import PayloadError
 
-__all__ = ["decode_json", "encode_json"]
+__all__ = ["decode_json", "encode_json", "parse_json", "too_deep"]
 
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 _DECODE = json.JSONDecoder().decode
@@ -31,9 +31,7 @@ def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) 
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"The {what} cannot be stored as JSON: {exc}.") from exc
     except RecursionError as exc:
-        raise PayloadError(
-            f"The {what} cannot be stored as JSON: it is nested too deeply."
-        ) from exc
+        raise too_deep(what) from exc
     if "\\u" in text:  # ensure_ascii: every non-ASCII character is a \u escape
         for match in _UNSTORABLE_ESCAPE.finditer(text):
             if match.group(2) is None:
@@ -49,6 +47,24 @@ def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) 
             "reference to it."
         )
     return text
+
+
+def too_deep(what: str) -> PayloadError:
+    """The error for a value nested deeper than Python's JSON encoder and decoder go."""
+    return PayloadError(f"The {what} cannot be stored as JSON: it is nested too deeply.")
+
+
+def parse_json(text: str, *, what: str = "payload") -> Any:
+    """JSON text that a person gave (a command line, an admin form) as a value, or a
+    PayloadError (a ValueError) that says why not: not JSON, or nested too deeply for
+    Python's decoder (a RecursionError otherwise). What the value holds is encode_json's
+    to check."""
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise too_deep(what) from exc
+    except ValueError as exc:
+        raise PayloadError(f"The {what} is not JSON: {exc}.") from exc
 
 
 def decode_json(value: Any) -> Any:

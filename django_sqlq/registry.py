@@ -11,6 +11,7 @@ import contextlib
 import difflib
 import importlib
 import inspect
+import logging
 import os
 import sys
 import threading
@@ -142,6 +143,9 @@ _lock = threading.Lock()
 _unimportable: set[str] = set()  # module names _load() could not import
 _discovered = False  # autodiscover() has imported every installed app's jobs.py
 _tasks: set[str] = set()  # type names check_known() found to be @task paths
+_broken: set[str] = set()  # apps' modules the type check could not import (warned once)
+
+logger = logging.getLogger("django_sqlq")
 
 
 def dotted_path(func: Callable[..., Any]) -> str:
@@ -265,7 +269,7 @@ def _load(path: str) -> Handler | None:
     """Import the module of dotted ``path`` unless it already is (once: a module that
     cannot be imported is not tried again), which registers its handlers; the handler at
     ``path`` then, or None."""
-    module_name = path.rpartition(".")[0]
+    module_name = _module_of(path)
     if not module_name or module_name in sys.modules or module_name in _unimportable:
         return None
     try:
@@ -275,6 +279,13 @@ def _load(path: str) -> Handler | None:
             _unimportable.add(module_name)
         return None
     return _handlers.get(path)
+
+
+def _module_of(name: str) -> str:
+    """The module part of dotted path ``name``; "" for none, or for a relative one
+    (``.tests.noop``: importlib would want a package to resolve it against)."""
+    module_name = name.rpartition(".")[0]
+    return "" if module_name.startswith(".") else module_name
 
 
 def add_resolver(resolver: Resolver) -> None:
@@ -288,7 +299,7 @@ def get(name: str) -> Handler:
     spec = _handlers.get(name)
     if spec is not None:
         return spec
-    module_name, _, _ = name.rpartition(".")
+    module_name = _module_of(name)
     if module_name:
         # A dotted path: importing its module registers the module's @handler functions.
         with contextlib.suppress(ImportError):
@@ -356,7 +367,7 @@ def _is_task(name: str) -> bool:
     jobs' type): imported, never called."""
     from django_sqlq import compat
 
-    if not compat.AVAILABLE or "." not in name:
+    if not compat.AVAILABLE or not _module_of(name):
         return False
     from django.utils.module_loading import import_string
 
@@ -375,12 +386,15 @@ def check_known(name: str) -> None:
     if name in _handlers or name in _tasks:
         return
     if not _discovered:
-        autodiscover()
+        _discover_for_check()
         if name in _handlers:
             return
     if _load(name) is not None or name in _handlers:
         return
-    if _is_task(name) or any(resolver(name) is not None for resolver in list(_resolvers)):
+    # A resolver imports dotted paths too: a relative one (".tests.noop") is no path.
+    if not name.startswith(".") and (
+        _is_task(name) or any(resolver(name) is not None for resolver in list(_resolvers))
+    ):
         with _lock:
             if len(_tasks) < 10_000:
                 _tasks.add(name)
@@ -427,4 +441,42 @@ def autodiscover() -> None:
     autodiscover_modules("jobs")
     if compat.AVAILABLE:
         autodiscover_modules("tasks")
+    _discovered = True
+
+
+def _discover_for_check() -> None:
+    """autodiscover() for enqueue()'s type check: one app's module that cannot be imported
+    (a ``jobs.py`` that imports a package only the workers have) is a warning, once, and the
+    other apps' modules are still imported; it never escapes from enqueue(). The worker's
+    start still imports them all and fails on such a module."""
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    from django_sqlq import compat
+
+    global _discovered
+    with contextlib.suppress(Exception):  # anything a module raises: each app alone below
+        autodiscover()
+        return
+    names = ["jobs", "tasks"] if compat.AVAILABLE else ["jobs"]
+    for app_config in apps.get_app_configs():
+        for name in names:
+            module_name = f"{app_config.name}.{name}"
+            try:
+                importlib.import_module(module_name)
+            except Exception:
+                if not module_has_submodule(app_config.module, name):
+                    continue  # the app has no such module
+                if module_name not in _broken:
+                    _broken.add(module_name)
+                    logger.warning(
+                        "enqueue() checks job types (SQLQ['CHECK_TYPES']) and imported every "
+                        "installed app's %s module to find its handlers, but %s could not be "
+                        "imported; its handlers are unknown to this process. A process that "
+                        "enqueues jobs without the workers' code can set "
+                        "SQLQ['CHECK_TYPES'] = False.",
+                        name,
+                        module_name,
+                        exc_info=True,
+                    )
     _discovered = True

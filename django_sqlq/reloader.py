@@ -28,7 +28,9 @@ import logging
 import os
 import subprocess
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from django.utils import autoreload
@@ -44,6 +46,7 @@ logger = logging.getLogger("django_sqlq.worker")
 # Set in the child's environment: this process is the worker the parent watches over.
 CHILD_ENV: Final = "SQLQ_WORKER_RELOAD_CHILD"
 RESTART: Final = 3  # the exit status that asks for a restart (Django's trigger_reload's)
+PARENT_POLL: Final = 0.5  # seconds between the child's looks for its parent
 
 
 def in_child() -> bool:
@@ -73,6 +76,8 @@ def run_parent(stdout: IO[str] | Any) -> int:
             if stopping.is_set():  # a signal that came before the child existed
                 child.terminate()
             code = child.wait()
+            if stopping.is_set() and code == RESTART:
+                return 0  # a restart was waiting for a job when SIGTERM came: a plain stop
             if code != RESTART or stopping.is_set():
                 return code if code >= 0 else 128 - code  # killed by a signal: as a shell says
             stdout.write("sqlq_worker --reload: code changed, starting the worker again")
@@ -82,35 +87,19 @@ def run_parent(stdout: IO[str] | Any) -> int:
 def run_child(worker: Worker) -> int:
     """Run ``worker`` (not --burst) in the main thread while Django's file watcher runs in
     another; a change stops the worker gracefully. Returns RESTART after a change, 0 after
-    SIGTERM/SIGINT."""
-    reloader = autoreload.get_reloader()
+    SIGTERM/SIGINT (or once the parent is gone: see ``_watch_parent``)."""
     changed = threading.Event()
 
     def restart(path: object) -> None:
-        if changed.is_set():
-            return
-        changed.set()
         worker.stop()  # what SIGTERM does: claim nothing more, finish the running jobs
-        reloader.stop()
         logger.info(
             "Worker %s: %s changed: restarting once the running jobs are done",
             worker.worker_id,
             path,
         )
 
-    def notify_file_changed(path: object) -> None:
-        # BaseReloader.notify_file_changed, with a graceful restart in place of
-        # trigger_reload() (sys.exit(3), which would only end this thread): a change that a
-        # receiver of file_changed handles (templates, translations) restarts nothing.
-        results = autoreload.file_changed.send(sender=reloader, file_path=path)
-        if not any(result for _, result in results):
-            restart(path)
-
-    reloader.notify_file_changed = notify_file_changed  # type: ignore[method-assign]
-    watcher = threading.Thread(
-        target=reloader.run, args=(threading.main_thread(),), name="sqlq-reload", daemon=True
-    )
-    watcher.start()
+    reloader = _watch(changed, restart)
+    orphaned = _watch_parent(worker.stop)
     logger.info(
         "Worker %s: watching for file changes with %s (--reload: for development)",
         worker.worker_id,
@@ -131,21 +120,78 @@ def run_child(worker: Worker) -> int:
                 worker.worker_id,
                 traceback.format_exc(),
             )
-            _wait_for(changed)
+            _wait_for(changed, orphaned)
+    finally:
+        reloader.stop()
+    return RESTART if changed.is_set() and not orphaned.is_set() else 0
+
+
+def wait_for_change() -> int:
+    """The child could not start (the exception being handled: a syntax error in a
+    ``jobs.py`` found by the system checks, say) and has said so: wait for a change to a
+    watched file (RESTART) or for SIGTERM/SIGINT (0), as runserver does."""
+    changed = threading.Event()
+    reloader = _watch(changed, lambda _path: None)
+    orphaned = _watch_parent(lambda: None)
+    try:
+        _wait_for(changed, orphaned)
     finally:
         reloader.stop()
     return RESTART if changed.is_set() else 0
 
 
-def _wait_for(changed: threading.Event) -> None:
-    """Wait for a file change, or for SIGTERM/SIGINT."""
+def _watch(changed: threading.Event, on_change: Callable[[object], None]) -> Any:
+    """Start Django's file watcher in a thread; at the first change that no receiver of
+    ``file_changed`` handles, set ``changed``, stop watching and call ``on_change(path)``.
+    Returns the reloader (to stop it)."""
+    reloader = autoreload.get_reloader()
+
+    def notify_file_changed(path: object) -> None:
+        # BaseReloader.notify_file_changed, with a graceful restart in place of
+        # trigger_reload() (sys.exit(3), which would only end this thread): a change that a
+        # receiver of file_changed handles (templates, translations) restarts nothing.
+        results = autoreload.file_changed.send(sender=reloader, file_path=path)
+        if any(result for _, result in results) or changed.is_set():
+            return
+        changed.set()
+        reloader.stop()
+        on_change(path)
+
+    reloader.notify_file_changed = notify_file_changed  # type: ignore[method-assign]
+    watcher = threading.Thread(
+        target=reloader.run, args=(threading.main_thread(),), name="sqlq-reload", daemon=True
+    )
+    watcher.start()
+    return reloader
+
+
+def _watch_parent(stop: Callable[[], None]) -> threading.Event:
+    """The watching parent killed outright (SIGKILL: an IDE's stop button, a closed
+    terminal) cannot pass a signal on: the child sees its parent change and stops as at
+    SIGTERM, rather than run on unsupervised. Returns the event set when that happens."""
+    parent = os.getppid()
+    orphaned = threading.Event()
+
+    def poll() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL)
+        orphaned.set()
+        logger.warning("sqlq_worker --reload: the watching process is gone: stopping")
+        stop()
+
+    threading.Thread(target=poll, name="sqlq-reload-parent", daemon=True).start()
+    return orphaned
+
+
+def _wait_for(changed: threading.Event, orphaned: threading.Event) -> None:
+    """Wait for a file change, for SIGTERM/SIGINT, or for the parent to be gone."""
     stop = threading.Event()
 
     def on_signal(signum: int, count: int) -> None:  # noqa: ARG001 (stop_signals' callback)
         stop.set()
 
     with stopsignals.stop_signals(on_signal):
-        while not (changed.is_set() or stop.is_set()):
+        while not (changed.is_set() or stop.is_set() or orphaned.is_set()):
             stop.wait(0.2)
-    if stop.is_set():
+    if stop.is_set() or orphaned.is_set():
         changed.clear()

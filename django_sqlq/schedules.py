@@ -23,6 +23,8 @@ worker that loses the race to the row writes nothing. Which tick is due is decid
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -78,6 +80,9 @@ class Schedule:
     queue: str | None = None  # None: "default" (type), the task's own queue (task)
     priority: int | None = None
     source: str = "settings"  # where it was declared, for error messages and the admin
+    # A stored schedule's row's: the ticks recorded before it was saved are those of another
+    # schedule of that name, deleted since (see due_tick).
+    created_at: datetime | None = None
 
     @property
     def tz(self) -> ZoneInfo:
@@ -317,7 +322,8 @@ def from_row(row: DatabaseSchedule) -> Schedule:
         entry["queue"] = row.queue
     if row.priority is not None:
         entry["priority"] = row.priority
-    return _fits(parse(row.name, entry, source=STORED), get_settings())
+    schedule = _fits(parse(row.name, entry, source=STORED), get_settings())
+    return dataclasses.replace(schedule, created_at=row.created_at)
 
 
 def stored_errors(row: DatabaseSchedule) -> dict[str, str]:
@@ -431,14 +437,15 @@ def stored(
 ) -> Stored:
     """Read the enabled ``DatabaseSchedule`` rows (one query) into Schedules. A row that
     does not validate, or whose name a code schedule (``code``) uses, goes into ``errors``
-    instead. ``cache`` (by id and ``updated_at``) spares parsing unchanged rows again."""
+    instead. ``cache`` (by the row's content: see ``_content``) spares parsing unchanged
+    rows again."""
     from django_sqlq.models import DatabaseSchedule
 
     found: dict[str, Schedule] = {}
     errors: dict[str, str] = {}
     seen: dict[Any, Schedule | str] = {}
     for row in DatabaseSchedule.objects.using(database).filter(enabled=True):
-        key = (row.pk, row.updated_at)
+        key = _content(row)
         parsed = cache.get(key) if cache is not None else None
         if parsed is None:
             parsed = _stored_one(row, code)
@@ -451,6 +458,13 @@ def stored(
         cache.clear()
         cache.update(seen)
     return Stored(found, errors)
+
+
+def _content(row: DatabaseSchedule) -> tuple[Any, str]:
+    """A row's id and every field's value: an edit made around save() (``update()``, SQL
+    from a shell or a data migration) leaves ``updated_at`` as it was, not the content."""
+    values = {f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields}
+    return row.pk, json.dumps(values, sort_keys=True, default=str)
 
 
 def _stored_one(row: DatabaseSchedule, code: Mapping[str, Schedule]) -> Schedule | str:
@@ -543,8 +557,17 @@ def due_tick(
       missed (every worker was down): ``run_once`` enqueues it (once: the tick row decides),
       ``skip`` does not. A schedule with no recorded tick at all was never seen (nor one
       whose cron or time zone changed since its last tick): nothing from before
-      ``watching_since`` runs, whatever the policy.
+      ``watching_since`` runs, whatever the policy. Nor does a stored schedule's whose
+      last recorded tick is older than its row (a schedule deleted, then added again under
+      the same name: a new schedule, whose history starts when it was saved).
     """
+    if (
+        last is not None
+        and last.enqueued_at is not None
+        and schedule.created_at is not None
+        and last.enqueued_at < schedule.created_at
+    ):
+        last = None
     latest = schedule.latest_tick(now)
     if latest is None or (last is not None and latest <= last.tick_at):
         return None
@@ -637,6 +660,7 @@ class LastTick:
 
     tick_at: datetime
     spec: str
+    enqueued_at: datetime | None = None  # when a worker recorded it
 
 
 def last_ticks(names: list[str], *, database: str) -> dict[str, LastTick]:
@@ -648,12 +672,12 @@ def last_ticks(names: list[str], *, database: str) -> dict[str, LastTick]:
         ScheduleTick.objects.using(database)
         .filter(name__in=names)
         .order_by("-tick_at")
-        .values_list("name", "tick_at", "spec")
+        .values_list("name", "tick_at", "spec", "enqueued_at")
     )
     found: dict[str, LastTick] = {}
-    for name, tick_at, spec in rows:
+    for name, tick_at, spec, enqueued_at in rows:
         if name not in found:
-            found[name] = LastTick(from_db(tick_at), spec)
+            found[name] = LastTick(from_db(tick_at), spec, from_db(enqueued_at))
     return found
 
 

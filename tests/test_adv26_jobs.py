@@ -65,11 +65,6 @@ def make(status: str, **fields: Any) -> Job:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a deeply nested payload (valid JSON) crashes with a RecursionError traceback, "
-    "exit 1, instead of a one-line refusal with exit 2 (jobs.md: bad input exits 2)",
-)
 def test_a_deeply_nested_payload_from_stdin_is_refused_with_exit_2() -> None:
     done = cli("enqueue", "tests.noop", "-", stdin=("[" * 5000 + "]" * 5000).encode())
     err = done.stderr.decode()

@@ -78,13 +78,6 @@ def test_commands_on_a_database_never_migrated(fresh_database: str) -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="the worker on a never-migrated queue database (SQLQ['DATABASE'] = 'queue') says "
-    "'run `python manage.py migrate` first' without --database=queue, which with the router "
-    "creates nothing in the queue database; sqlq_jobs/sqlq_queue/sqlq_prune name "
-    "`migrate --database=queue`",
-)
 def test_the_worker_on_a_database_never_migrated_names_the_alias(fresh_database: str) -> None:
     for args in [("sqlq_worker", "--burst"), ("sqlq_worker", "--reload")]:
         done = manage(fresh_database, *args)

@@ -139,13 +139,6 @@ def spawn(reaped: Callable[..., WorkerProcess], app: dict[str, Any], *args: str)
 
 
 @db
-@pytest.mark.xfail(
-    strict=True,
-    reason="a syntax error written into an app's jobs.py under --reload ends sqlq_worker "
-    "--reload with exit 1 (the SyntaxError escapes from the system checks' schedule check, "
-    "which imports jobs.py) instead of being logged while the parent waits for the next "
-    "change; worker.md promises a broken jobs.py restarts at the next change, as runserver",
-)
 def test_a_syntax_error_then_the_fix(
     reaped: Callable[..., WorkerProcess], app: dict[str, Any]
 ) -> None:
@@ -221,12 +214,6 @@ def test_sigint_twice_to_the_parent_forces_and_records_the_running_job(
 
 
 @db
-@pytest.mark.xfail(
-    strict=True,
-    reason="SIGTERM to the --reload parent while a restart waits for a running job: the job "
-    "finishes and the worker stops gracefully, but the command exits 3 (the autoreloader's "
-    "restart code) instead of the worker's 0",
-)
 def test_sigterm_while_a_restart_waits_for_a_job_stops_without_a_new_worker(
     reaped: Callable[..., WorkerProcess], app: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -253,12 +240,6 @@ def test_sigterm_while_a_restart_waits_for_a_job_stops_without_a_new_worker(
 
 
 @db
-@pytest.mark.xfail(
-    strict=True,
-    reason="SIGKILL of the --reload parent leaves the child worker running, unsupervised, "
-    "claiming jobs with whatever code it loaded (an IDE's stop, a killed terminal, a test "
-    "fixture's cleanup: the suite's own WorkerProcess.stop() leaks such children)",
-)
 def test_the_parent_killed_leaves_no_orphan_worker(
     reaped: Callable[..., WorkerProcess], app: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -85,12 +85,6 @@ def test_near_misses_are_refused_with_the_close_name(name: str, close: str) -> N
 
 
 @db
-@pytest.mark.xfail(
-    strict=True,
-    reason="a job type with a leading dot ('.tests.noop', e.g. a bad string join) escapes as "
-    "importlib's TypeError ('the package argument is required to perform a relative "
-    "import') instead of UnknownJobTypeError; sqlq_jobs enqueue prints a traceback",
-)
 def test_a_leading_dot_is_an_unknown_type_not_a_type_error() -> None:
     with pytest.raises((UnknownJobTypeError, InvalidJobError)):
         enqueue(".tests.noop")
@@ -243,25 +237,12 @@ def _shell(tmp_path: Path, code: str, env: dict[str, str] | None = None) -> subp
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="with CHECK_TYPES on, a web process that never imported jobs.py cannot enqueue "
-    "even a valid, registered type when another app's jobs.py fails to import (a worker-only "
-    "dependency): enqueue('tests.noop') raises that app's ModuleNotFoundError, with no word of "
-    "the type check or of CHECK_TYPES=False",
-)
 def test_a_broken_jobs_py_elsewhere_does_not_block_a_valid_type(tmp_path: Path) -> None:
     done = _shell(tmp_path, 'print("RESULT", attempt("tests.noop"))')
     assert "RESULT ok" in done.stdout, done.stdout + done.stderr
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a typo, with another app's jobs.py failing to import, raises that app's "
-    "ModuleNotFoundError: the typo's suggestion and the import failure's context "
-    "(which app, that it came from the type check, CHECK_TYPES=False) are lost",
-)
 def test_a_typo_with_a_broken_jobs_py_still_names_the_close_type(tmp_path: Path) -> None:
     done = _shell(tmp_path, 'print("RESULT", attempt("tests.nop"))')
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT"))

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError
+from django.db import DatabaseError, models
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -29,7 +31,8 @@ from django.utils.translation import gettext, gettext_lazy
 
 from django_sqlq import registry, schedules
 from django_sqlq.admin.display import admin_links, queue_alias
-from django_sqlq.exceptions import ConfigurationError, SQLQError
+from django_sqlq.exceptions import ConfigurationError, PayloadError, SQLQError
+from django_sqlq.jsoncodec import encode_json, parse_json, too_deep
 from django_sqlq.models import DatabaseSchedule, Job, ScheduleTick
 
 if TYPE_CHECKING:
@@ -264,6 +267,34 @@ class ScheduleAdmin(TickModelAdmin):
         return HttpResponseRedirect(back)
 
 
+class StorableJSONField(forms.JSONField):
+    """The form field of a schedule's payload, args and kwargs: what enqueue() refuses
+    (``jsoncodec``: JSON nested too deeply for Python, a lone surrogate or NUL) is an error
+    on the field, and the form shown again holds the text as it was typed, not a value that
+    cannot be written out."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            converted = super().to_python(value)
+        except RecursionError as exc:
+            raise forms.ValidationError(str(too_deep("value")), code="invalid") from exc
+        if isinstance(value, str) and not self.disabled:
+            try:
+                encode_json(converted, what="value")
+            except PayloadError as exc:
+                raise forms.ValidationError(str(exc), code="invalid") from exc
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        try:
+            encode_json(parse_json(data))
+        except PayloadError:
+            return InvalidJSONInput(data)
+        return super().bound_data(data, initial)
+
+
 class DatabaseScheduleAdmin(StoredModelAdmin):
     """The schedules stored in the database: add, edit, disable (``enabled``), delete.
     Validated by the model's ``clean()`` (``schedules.stored_errors``); running workers pick
@@ -276,6 +307,7 @@ class DatabaseScheduleAdmin(StoredModelAdmin):
     list_filter = ("enabled",)
     search_fields = ("name", "type", "task")
     readonly_fields = ("created_at", "updated_at")
+    formfield_overrides = {models.JSONField: {"form_class": StorableJSONField}}
     fieldsets = (
         (None, {"fields": ("name", "enabled", "cron", "timezone", "missed")}),
         (gettext_lazy("What it runs"), {"fields": ("type", "payload", "task", "args", "kwargs")}),

@@ -23,6 +23,7 @@ from django.db import DatabaseError
 from django_sqlq import lifecycle
 from django_sqlq.db import is_missing_table, is_transient, ops_for
 from django_sqlq.db.base import ClaimedJob
+from django_sqlq.schema import migrate_command
 from django_sqlq.worker.changes import ChangeWatch
 from django_sqlq.worker.completer import FLUSH_INTERVAL
 from django_sqlq.worker.inbox import STOP
@@ -281,14 +282,17 @@ class Claimer:
         for an error that waiting does not cure, after BURST_TRIES for a transient one."""
         transient = is_transient(exc)
         if not transient and is_missing_table(exc):
+            alias = self.database
             raise WorkerError(
-                "The jobs table does not exist: run `python manage.py migrate` first."
+                f"The jobs table does not exist in database {alias!r}: run "
+                f"`{migrate_command(alias)}` first."
             ) from exc
         if burst and (not transient or failures >= BURST_TRIES):
             cause = " ".join(str(exc).split()) or type(exc).__name__
             raise WorkerError(
                 f"Worker {self.worker_id} stopped: database error during {what} "
                 f"({type(exc).__name__}: {cause}); a --burst worker does not wait for the "
-                "database to recover. Has `python manage.py migrate` been run?"
+                "database to recover. Has "
+                f"`{migrate_command(self.database)}` been run?"
             ) from exc
         self.worker.stop_event.wait(back_off(self.worker, what, exc, failures))

@@ -7,7 +7,7 @@ from django.db import DatabaseError, connections
 from django_sqlq.db import is_missing_table
 from django_sqlq.exceptions import SQLQError
 from django_sqlq.models import Job
-from django_sqlq.schema import UnappliedMigrationsError, check_migrated
+from django_sqlq.schema import UnappliedMigrationsError, check_migrated, migrate_command
 
 
 class WorkerError(SQLQError, RuntimeError):
@@ -40,7 +40,7 @@ def check_ready(database: str) -> None:
         if is_missing_table(exc):
             raise WorkerError(
                 f"The jobs table does not exist in database {database!r}: "
-                "run `python manage.py migrate` first."
+                f"run `{migrate_command(database)}` first."
             ) from exc
         # Unreachable (down, wrong host or credentials, a missing directory): one line
         # naming the database and the cause, not a traceback; the process manager

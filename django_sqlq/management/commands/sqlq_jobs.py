@@ -29,7 +29,8 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from django_sqlq import lifecycle, statuses
-from django_sqlq.exceptions import InvalidJobError, SQLQError
+from django_sqlq.exceptions import InvalidJobError, PayloadError, SQLQError
+from django_sqlq.jsoncodec import parse_json
 from django_sqlq.management.base import SQLQCommand, queue_database
 from django_sqlq.management.commands.sqlq_prune import duration
 from django_sqlq.management.commands.sqlq_worker import positive_int, queue_name
@@ -410,9 +411,9 @@ class Command(SQLQCommand):
         if payload == "-":
             payload = sys.stdin.read()
         try:
-            data = {} if payload is None else json.loads(payload)
-        except ValueError as exc:
-            raise bad_input(f"The payload is not JSON: {exc}.") from exc
+            data = {} if payload is None else parse_json(payload)
+        except PayloadError as exc:
+            raise bad_input(str(exc)) from exc
         if alias != _default_alias():
             raise bad_input(
                 f"sqlq_jobs enqueue writes to SQLQ['DATABASE'] ({_default_alias()!r}), as "

@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
+from django.utils import autoreload
 
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
@@ -231,6 +233,21 @@ class Command(SQLQCommand):
     def check(self, *args: Any, **kwargs: Any) -> None:
         # Django's system checks may open a connection (SQLite's JSON support is checked on
         # one): a database that cannot be reached is one line here too, not a traceback.
+        from django_sqlq import reloader
+
+        if reloader.in_child():
+            # --reload's worker: the checks import the apps' jobs.py (the schedule check),
+            # so a syntax error saved there is said here, and the child waits for the next
+            # change instead of ending the command, as runserver does.
+            try:
+                autoreload.check_errors(super().check)(*args, **kwargs)
+            except Exception:
+                self.stderr.write(
+                    "sqlq_worker --reload: the worker could not start; fix the code and "
+                    f"save, it starts again:\n{traceback.format_exc()}"
+                )
+                sys.exit(reloader.wait_for_change())
+            return
         try:
             super().check(*args, **kwargs)
         except DatabaseError as exc:

@@ -53,7 +53,7 @@ class Scheduler(PeriodicService):
         self.active = True  # False for a --burst worker: no ticks
         self.stored: dict[str, Schedule] = {}  # the database's, as of the last pass
         self.stored_since: dict[str, datetime] = {}  # when this worker began watching each
-        self._parsed: dict[Any, Schedule | str] = {}  # by (row id, updated_at)
+        self._parsed: dict[Any, Schedule | str] = {}  # by row id and content
         self._stored_problem: str | None = None  # the last error reading the table, logged
         self._logged_errors: set[tuple[str, str]] = set()  # rows that cannot run, logged
 
