@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ def run(*args: str, **options: Any) -> tuple[str, str, int]:
     return out.getvalue(), err.getvalue(), 0
 
 
-def cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def cli(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """A real ``python -m django sqlq_jobs`` on the test database."""
     full = dict(os.environ)
     full.update(
@@ -114,8 +117,10 @@ def test_a_payload_over_max_payload_bytes_is_refused(settings: Any) -> None:
         ("list", "--status", ""), ("list", "--status", "FAILED,,bogus"),
         ("show", "0"), ("show", "-3"), ("show", "1.0"), ("show", "9223372036854775808"),
         ("retry", "1", "x"), ("cancel", "1e3"), ("delete", ""),
-        ("enqueue", "tests.noop", "--priority", "-101"), ("enqueue", "tests.noop", "--delay", "x"),
-        ("enqueue", "tests.noop", "--max-attempts", "-1"), ("enqueue", "tests.noop", "{}", "extra"),
+        ("enqueue", "tests.noop", "--priority", "-101"),
+        ("enqueue", "tests.noop", "--delay", "x"),
+        ("enqueue", "tests.noop", "--max-attempts", "-1"),
+        ("enqueue", "tests.noop", "{}", "extra"),
     ],
 )  # fmt: skip
 def test_malformed_input_exits_2_and_changes_nothing(
@@ -167,7 +172,7 @@ def test_an_id_named_twice_is_changed_once_and_reported_consistently() -> None:
 
 
 def _all_statuses() -> dict[str, Job]:
-    future = timezone.now() + timezone.timedelta(hours=1)
+    future = timezone.now() + timedelta(hours=1)
     return {
         "blocked": make(JobStatus.BLOCKED),
         "scheduled": make(JobStatus.SCHEDULED, scheduled_at=future),
@@ -237,15 +242,15 @@ def test_every_json_output_has_the_documented_fields() -> None:
     out, _, code = run("enqueue", "tests.echo", '{"a": [1, {"b": null}]}', "--json")
     assert code == 0
     enqueued = json.loads(out)
-    assert LIST_FIELDS <= set(enqueued), LIST_FIELDS - set(enqueued)
+    assert set(enqueued) >= LIST_FIELDS, LIST_FIELDS - set(enqueued)
     (listed,) = json.loads(run("list", "--json")[0])
-    assert LIST_FIELDS <= set(listed)
+    assert set(listed) >= LIST_FIELDS
     assert listed == {k: v for k, v in enqueued.items() if k in listed}
     shown = json.loads(run("show", str(enqueued["id"]), "--json")[0])
-    assert SHOW_FIELDS <= set(shown), SHOW_FIELDS - set(shown)
+    assert set(shown) >= SHOW_FIELDS, SHOW_FIELDS - set(shown)
     assert shown["payload"] == {"a": [1, {"b": None}]}
     for key in ("created_at", "scheduled_at", "updated_at"):
-        assert timezone.datetime.fromisoformat(shown[key].replace("Z", "+00:00"))
+        assert datetime.fromisoformat(shown[key].replace("Z", "+00:00"))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -308,10 +313,16 @@ def test_cancel_and_delete_race_a_real_worker_claiming(spawn_worker: Any, tmp_pa
                 said_deleted.add(item["id"])
 
     def settled() -> bool:
-        return not Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.PROCESSING]).exists()
+        return not Job.objects.filter(
+            status__in=[JobStatus.PENDING, JobStatus.PROCESSING]
+        ).exists()
 
     wait_for(settled, 30)
-    ran = {int(line.split()[0]) for line in record.read_text().splitlines()} if record.exists() else set()
+    ran = (
+        {int(line.split()[0]) for line in record.read_text().splitlines()}
+        if record.exists()
+        else set()
+    )
     n_of = {pk: n for n, pk in enumerate(ids)}
     # "cancelled" (not "cancel requested") means it was waiting: it never ran. ("deleted"
     # may be a job that had completed.)
@@ -334,7 +345,9 @@ def test_a_running_job_cancelled_from_the_command_ends_cancelled(
     spawn_worker: Any, tmp_path: Path
 ) -> None:
     started = tmp_path / "started"
-    job = enqueue("tests.cancel_cooperative", {"started": str(started), "saw": str(tmp_path / "saw")})
+    job = enqueue(
+        "tests.cancel_cooperative", {"started": str(started), "saw": str(tmp_path / "saw")}
+    )
     worker = spawn_worker()
     worker.wait_ready()
     wait_for(lambda: Job.objects.filter(pk=job.pk, status=JobStatus.PROCESSING).exists(), 20)
@@ -342,7 +355,8 @@ def test_a_running_job_cancelled_from_the_command_ends_cancelled(
     assert (code, json.loads(out)[0]["result"]) == (0, "cancel requested"), err
     # delete of the running job is skipped, the job stays
     out, err, code = run("delete", str(job.pk), "--json")
-    assert code == 1 and json.loads(out)[0]["result"] in ("skipped", "deleted")
+    assert code == 1
+    assert json.loads(out)[0]["result"] in ("skipped", "deleted")
     if json.loads(out)[0]["result"] == "skipped":
         wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED, 20)
         # now it can be retried and runs again

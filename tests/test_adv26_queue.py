@@ -42,7 +42,8 @@ def test_new_then_known_then_resume_without_new() -> None:
     _out, code, message = queue("pause", "tenant:acme", "--new")
     assert code == 0, message
     out, code, message = queue("status", "tenant:acme")
-    assert code == 0 and "paused" in out
+    assert code == 0
+    assert "paused" in out
     _out, code, message = queue("resume", "tenant:acme")  # known now: no --new needed
     assert code == 0, message
     _out, code, _ = queue("pause", "tenant:acme", "--new")  # --new on a known name: fine

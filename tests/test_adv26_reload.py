@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import textwrap
@@ -96,10 +97,8 @@ def reaped(spawn_worker: Callable[..., WorkerProcess]) -> Any:
     yield spawn
     for worker in started:
         for child in _children(worker.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def rewrite_until(worker: WorkerProcess, path: Path, text: str, seen: Callable[[], bool]) -> None:
@@ -165,8 +164,8 @@ def test_a_change_storm_during_a_long_job(
     jobs enqueued meanwhile run once each; one worker at a time."""
     started, release, out = tmp_path / "started", tmp_path / "release", tmp_path / "out"
     with producer():
-        long = enqueue("adv26r.long", {"started": str(started), "release": str(release),
-                                       "out": str(out), "n": 0})  # fmt: skip
+        enqueue("adv26r.long", {"started": str(started), "release": str(release),
+                                "out": str(out), "n": 0})  # fmt: skip
     worker = spawn(reaped, app, "--concurrency", "2")
     wait_for(started.exists, 30)
     first_pid = int(started.read_text())

@@ -100,18 +100,18 @@ def test_bulk_enqueue_with_a_typo_writes_nothing_and_reads_no_payload() -> None:
             consumed.append(n)
             yield {"n": n}
 
-    with pytest.raises(UnknownJobTypeError, match="tests.echo"):
+    with pytest.raises(UnknownJobTypeError, match=r"tests\.echo"):
         bulk_enqueue("tests.ecoh", payloads())
     assert not Job.objects.exists()
     with pytest.raises(UnknownJobTypeError):
-        bulk_enqueue("tests.ecoh", [], unique_key=lambda p: None)
+        bulk_enqueue("tests.ecoh", [], unique_key=lambda _p: None)
     assert not Job.objects.exists()
 
 
 @db
 def test_group_then_with_a_typo_writes_nothing_more() -> None:
     group = bulk_enqueue("tests.noop", [{}, {}])
-    with pytest.raises(UnknownJobTypeError, match="tests.noop"):
+    with pytest.raises(UnknownJobTypeError, match=r"tests\.noop"):
         group.then("tests.nop")
     assert Job.objects.count() == 2
     with pytest.raises(UnknownJobTypeError):
@@ -121,7 +121,7 @@ def test_group_then_with_a_typo_writes_nothing_more() -> None:
 
 @db
 def test_aenqueue_with_a_typo_is_refused() -> None:
-    with pytest.raises(UnknownJobTypeError, match="tests.noop"):
+    with pytest.raises(UnknownJobTypeError, match=r"tests\.noop"):
         asyncio.run(aenqueue("tests.nop"))
     assert not Job.objects.exists()
 
@@ -129,7 +129,7 @@ def test_aenqueue_with_a_typo_is_refused() -> None:
 @db
 def test_inline_testing_mode_refuses_a_typo_too() -> None:
     with override_settings(SQLQ=sqlq(TESTING="inline")):
-        with pytest.raises(UnknownJobTypeError, match="tests.noop"):
+        with pytest.raises(UnknownJobTypeError, match=r"tests\.noop"):
             enqueue("tests.nop")
         job = enqueue("tests.echo", {"a": 1})
     job.refresh_from_db()
@@ -152,9 +152,7 @@ def test_check_types_off_everywhere_and_the_worker_names_the_type() -> None:
     with override_settings(SQLQ=sqlq(CHECK_TYPES=False)):
         group = bulk_enqueue("billing.charge", [{}, {}], max_attempts=1)
         then = group.then("billing.notify", max_attempts=1)
-        first = enqueue(
-            "advwf.continue_into", {"target": "billing.next"}, max_attempts=1
-        )
+        first = enqueue("advwf.continue_into", {"target": "billing.next"}, max_attempts=1)
         run_burst(queues=["default"])
     first.refresh_from_db()
     assert first.status == JobStatus.COMPLETED  # continue_with did not check
@@ -164,11 +162,18 @@ def test_check_types_off_everywhere_and_the_worker_names_the_type() -> None:
     for job in Job.objects.filter(type="billing.charge"):
         assert job.status == JobStatus.FAILED
     then.refresh_from_db()
-    assert then.status in (JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.BLOCKED, JobStatus.PENDING)
+    assert then.status in (
+        JobStatus.CANCELLED,
+        JobStatus.FAILED,
+        JobStatus.BLOCKED,
+        JobStatus.PENDING,
+    )
 
 
 @db
-def test_check_types_off_does_not_import_the_apps_jobs_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_types_off_does_not_import_the_apps_jobs_modules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import django.utils.module_loading
 
     from django_sqlq import registry
@@ -187,7 +192,9 @@ def test_check_types_off_does_not_import_the_apps_jobs_modules(monkeypatch: pyte
 # -- a project whose jobs.py cannot be imported -------------------------------------------------
 
 
-def _shell(tmp_path: Path, code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _shell(
+    tmp_path: Path, code: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``manage.py shell -c`` in a fresh process, with an extra installed app ``adv26app``
     (tmp_path) whose jobs.py registers one handler, then raises like a jobs.py importing a
     package only the workers have."""
