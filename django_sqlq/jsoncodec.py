@@ -24,6 +24,36 @@ _UNSTORABLE_ESCAPE = re.compile(
 )
 
 
+#: The deepest nesting of arrays and objects stored, on every engine: SQLite's JSON functions
+#: (the column's CHECK (JSON_VALID(...))) refuse text nested deeper than 2,000 levels (1,000
+#: from SQLite 3.45), and Python's encoder may or may not reach its recursion limit first
+#: (3.11 does, 3.13 does not).
+MAX_DEPTH = 1000
+
+
+def _depth(text: str) -> int:
+    """How deeply the JSON ``text`` nests arrays and objects (brackets inside strings are
+    skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) -> str:
     """``value`` as JSON text, or a PayloadError that says what JSON cannot hold."""
     try:
@@ -32,6 +62,9 @@ def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) 
         raise PayloadError(f"The {what} cannot be stored as JSON: {exc}.") from exc
     except RecursionError as exc:
         raise too_deep(what) from exc
+    # Only text with that many brackets can nest that deep: the walk is for those alone.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
+        raise too_deep(what)
     if "\\u" in text:  # ensure_ascii: every non-ASCII character is a \u escape
         for match in _UNSTORABLE_ESCAPE.finditer(text):
             if match.group(2) is None:
@@ -50,8 +83,12 @@ def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) 
 
 
 def too_deep(what: str) -> PayloadError:
-    """The error for a value nested deeper than Python's JSON encoder and decoder go."""
-    return PayloadError(f"The {what} cannot be stored as JSON: it is nested too deeply.")
+    """The error for a value nested deeper than MAX_DEPTH levels (or than Python's JSON
+    encoder and decoder go)."""
+    return PayloadError(
+        f"The {what} cannot be stored as JSON: it is nested too deeply (more than "
+        f"{MAX_DEPTH} levels of arrays and objects)."
+    )
 
 
 def parse_json(text: str, *, what: str = "payload") -> Any:

@@ -249,7 +249,14 @@ def test_workers_prune_while_draining_and_never_touch_unfinished_jobs(tmp_path, 
     started, release, log = tmp_path / "started", tmp_path / "release", tmp_path / "ran"
     running = enqueue(
         "tests.sleep_then_record",
-        {"n": -1, "started": str(started), "release": str(release), "path": str(log)},
+        # Held until the test releases it: as long as the test's own waits may take.
+        {
+            "n": -1,
+            "started": str(started),
+            "release": str(release),
+            "path": str(log),
+            "max_seconds": 600,
+        },
     )
     env = {
         "SQLQ_TEST_PRUNE_INTERVAL": "0.05",

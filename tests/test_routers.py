@@ -213,6 +213,7 @@ def test_migrate_database_queue_creates_only_django_sqlqs_tables(engine, fresh_d
         "sqlq_job",
         "sqlq_worker",
         "sqlq_queue",
+        "sqlq_schedule",
         "sqlq_schedule_tick",
         "sqlq_maintenance",
         "sqlq_job_blocker",

@@ -120,11 +120,12 @@ def _set_auto_vacuum(raw: Any, value: str | int) -> None:
     it is (converting it rewrites the file: the check django_sqlq.W002 says how)."""
     if str(value).lower() not in AUTO_VACUUM_MODES or not _auto_vacuum_settable(raw, value):
         return
-    raw.execute(f"PRAGMA auto_vacuum = {_pragma_value(value)}")
-    if _auto_vacuum_settable(raw, value) and not raw.in_transaction:
-        # A read-only connection, or a lock past the busy timeout: the connection is still
-        # good, and the next one tries again while the database is empty.
-        with contextlib.suppress(sqlite3.DatabaseError):
+    # A read-only connection, or a lock past the busy timeout: the connection is still good,
+    # and the next one tries again while the database is empty. (Newer SQLite libraries
+    # refuse the PRAGMA itself on a read-only file; older ones ignore it.)
+    with contextlib.suppress(sqlite3.DatabaseError):
+        raw.execute(f"PRAGMA auto_vacuum = {_pragma_value(value)}")
+        if _auto_vacuum_settable(raw, value) and not raw.in_transaction:
             raw.execute("VACUUM")
 
 
