@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 from django_sqlq import enqueue, registry
 from django_sqlq.models import Job, JobStatus
@@ -113,12 +115,14 @@ def test_after_a_transaction_left_open_the_worker_still_stops_on_sigterm(spawn_w
 def test_a_handler_timeout_holds_when_the_enqueuer_never_imported_the_handler(
     tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
 ) -> None:
-    # As in a web process that never imported jobs.py: the registry does not know the type.
+    # As in a web process without the handlers' code: the registry does not know the type,
+    # and the project set CHECK_TYPES = False for it, as the settings reference says.
     release = tmp_path / "release"  # never created: the worker must abandon the call
     registry.unregister("faults.declared_timeout")
     try:
-        job = enqueue("faults.declared_timeout", {"release": str(release), "max_seconds": 60},
-                      max_attempts=1)  # fmt: skip
+        with override_settings(SQLQ={**settings.SQLQ, "CHECK_TYPES": False}):
+            job = enqueue("faults.declared_timeout", {"release": str(release), "max_seconds": 60},
+                          max_attempts=1)  # fmt: skip
     finally:
         registry.register(fault_jobs.declared_timeout, "faults.declared_timeout", timeout=0.5)
     assert job.timeout is None  # only a timeout given to enqueue() is stored
