@@ -101,7 +101,14 @@ def configure(connection: BaseDatabaseWrapper) -> None:
         if str(name) == "auto_vacuum":
             _set_auto_vacuum(raw, value)
             continue
-        raw.execute(f"PRAGMA {name} = {_pragma_value(value)}")
+        try:
+            raw.execute(f"PRAGMA {name} = {_pragma_value(value)}")
+        except sqlite3.OperationalError as exc:
+            # A read-only connection (mode=ro) to a file whose header is not written yet:
+            # switching its journal mode would write it. It reads as it is; a writable
+            # connection applies the PRAGMA.
+            if "readonly" not in str(exc):
+                raise
     if getattr(connection, "transaction_mode", "unset") is None:
         connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
 
