@@ -134,6 +134,11 @@ class WorkerProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            # Its children first (the worker that `--reload` runs in a process group of its
+            # own): left behind, they would go on serving the test database.
+            subprocess.run(
+                ["pkill", "-KILL", "-P", str(self.proc.pid)], check=False, capture_output=True
+            )
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
         self._fh.close()

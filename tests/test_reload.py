@@ -50,7 +50,7 @@ def test_a_code_change_restarts_the_worker_without_losing_or_repeating_a_job(
     )  # fmt: skip
     worker = spawn_worker("--reload", "--concurrency", "2")
     wait_for(lambda: "watching for file changes with" in worker.output())
-    wait_for(started.exists)
+    wait_for(lambda: started.exists() and started.read_text())  # created, then written
     first_pid = int(started.read_text())
     assert first_pid != worker.pid  # the job runs in the child, not in the watching parent
 
@@ -86,7 +86,7 @@ def test_sigterm_to_the_parent_lets_the_running_job_finish(
          "max_seconds": 120},
     )  # fmt: skip
     worker = spawn_worker("--reload")
-    wait_for(started.exists)
+    wait_for(lambda: started.exists() and started.read_text())
     worker.signal(signal.SIGTERM)
     wait_for(lambda: "finishing running jobs" in worker.output())
     assert worker.proc.poll() is None  # waiting for the job
