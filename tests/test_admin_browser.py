@@ -172,7 +172,7 @@ def test_an_operator_finds_a_failed_job_retries_it_and_watches_it_complete(
 
     # The job: its traceback, then the fix and a retry.
     page.locator("#result_list").get_by_role("link", name=str(job.pk), exact=True).click()
-    expect(page.locator("#sqlq-job-status")).to_have_text("Failed")
+    expect(page.locator("#sqlq-job-status")).to_have_text("Failed", timeout=TIMEOUT_MS)
     expect(page.locator("pre.sqlq-traceback").first).to_contain_text("Traceback")
     expect(page.locator("pre.sqlq-traceback").first).to_contain_text("FileNotFoundError")
     page.screenshot(path=str(shots / "admin-job-failed.png"), full_page=True)
