@@ -104,6 +104,9 @@ def test_connections_cut_at_random_during_a_drain(tmp_path, pool, report):
     jobs = record_jobs(tmp_path, 2000, before=0.005, after=0.005)
     failing = bulk_enqueue("faults.raise", [{"message": "handler says no"}] * 20, max_attempts=2)
     workers = pool(2, "--concurrency", "2")
+    # Cut connections of running workers: a worker whose start-up check loses its
+    # connection exits with one line for its process manager to restart it (by design).
+    workers.wait_ready()
     rng = random.Random(int(os.environ.get("SQLQ_FAULTS_SEED", "0")) or None)
     cuts = 0
     started = time.monotonic()
