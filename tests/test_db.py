@@ -37,12 +37,12 @@ def test_claim_is_one_update_returning():
 
 
 def test_completing_a_batch_is_one_statement():
-    from django_sqlq.db.base import Finished
+    from django_sqlq.db.outcomes import Finished
 
     bulk_enqueue("tests.noop", [{"n": i} for i in range(50)])
     claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=50, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
-        done = lifecycle.complete(
+        done = lifecycle.complete_statuses(
             "default",
             [Finished(job.id, job.attempts, {"n": job.id}) for job in claimed],
             worker_id="w",
@@ -211,13 +211,13 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
     """The batched completion must be driven by the batch's ids (a plan that scans a status
     index once per row of the batch made it 5x slower on SQLite). Batches without results
     take a shorter form of the statement on SQLite: both are checked."""
-    from django_sqlq.db.base import Finished
+    from django_sqlq.db.outcomes import Finished
 
     _fill_finished_rows(2000)
     bulk_enqueue("tests.noop", [{} for _ in range(300)])
     claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=100, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
-        lifecycle.complete(
+        lifecycle.complete_statuses(
             "default", [Finished(job.id, job.attempts, result) for job in claimed], worker_id="w"
         )
     stored = Job.objects.filter(pk__in=[job.id for job in claimed]).values_list("status", "result")
@@ -361,7 +361,7 @@ def test_every_statement_runs_with_psycopgs_server_side_binding():
 
     from django.utils import timezone
 
-    from django_sqlq.db.base import Finished
+    from django_sqlq.db.outcomes import Finished
 
     default = connections["default"]
     settings = dict(default.settings_dict)
@@ -384,7 +384,8 @@ def test_every_statement_runs_with_psycopgs_server_side_binding():
         jobs = ops.claim(queues=["default", "other"], worker_id="w", limit=5, lease_seconds=30)
         assert len(jobs) == 5
         assert ops.extend_leases(worker_id="w", lease_seconds=60, job_ids=[jobs[0].id]) == 1
-        assert ops.complete([Finished(jobs[0].id, 1, {"ok": 1})], worker_id="w") == [jobs[0].id]
+        done = [Finished(jobs[0].id, 1, {"ok": 1})]
+        assert ops.complete_statuses(done, worker_id="w") == {jobs[0].id: "completed"}
         entry = {"attempt": 1, "message": "boom"}
         assert ops.fail(
             job_id=jobs[1].id, attempt=1, worker_id="w", error="boom", error_entry=entry,

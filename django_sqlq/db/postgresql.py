@@ -13,7 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django_sqlq.db.base import MAX_ERROR_ENTRIES, MAX_LIMIT_ROOM, Finished, QueueOps, read_starts
+from django.db import connections
+
+from django_sqlq.db.base import QueueOps
+from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
+from django_sqlq.db.outcomes import Finished
+from django_sqlq.db.queue_rows import MAX_LIMIT_ROOM, read_starts
 
 CHANNEL = "django_sqlq"
 
@@ -274,8 +279,6 @@ class PostgreSQLOps(QueueOps):
         alias: str | None = None,
         probe: Callable[[str], None] | None = None,
     ) -> threading.Thread | None:
-        from django.db import connections
-
         connection = connections[alias] if alias is not None else self.connection
         params = dict(connection.get_connection_params())
         where = (

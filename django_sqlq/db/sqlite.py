@@ -10,9 +10,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps, read_starts
+from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS, get_settings
+from django_sqlq.db.base import QueueOps
+from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
+from django_sqlq.db.outcomes import Finished
+from django_sqlq.db.queue_rows import read_starts
 
 # At most this many queues are read by one claim: SQLite refuses a compound SELECT of more
 # than 500 arms (SQLITE_MAX_COMPOUND_SELECT); each arm adds one parameter (its queue) to the
@@ -39,8 +44,6 @@ _LATER_LOCAL = (
 
 
 def _local_time() -> bool:
-    from django.conf import settings
-
     return not settings.USE_TZ
 
 
@@ -81,13 +84,9 @@ def configure(connection: BaseDatabaseWrapper) -> None:
     its transactions take the write lock up front (BEGIN IMMEDIATE) unless the project chose
     a transaction mode itself: a deferred transaction that reads, then writes, fails with
     "database is locked" at once instead of waiting for the busy timeout."""
-    from django_sqlq.conf import get_settings
-
     try:
         pragmas = get_settings().SQLITE_PRAGMAS
-    except Exception:
-        from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS
-
+    except Exception:  # a bad SQLQ setting is reported by the system checks
         pragmas = DEFAULT_SQLITE_PRAGMAS
     raw = connection.connection
     # busy_timeout first: a PRAGMA that needs a lock then waits for it like any statement.
