@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,91 +15,9 @@ from django.db import connections
 
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
+from django_sqlq.db.notify import CHANNEL, listen_in_thread
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.db.queue_rows import MAX_LIMIT_ROOM, read_starts
-
-CHANNEL = "django_sqlq"
-
-
-# A worker checks at start-up that notifications reach its LISTEN connection: it sends
-# itself one (through the queue's database alias, the way enqueues send theirs) and waits
-# this long for it.
-PROBE_TIMEOUT = 2.0
-PROBE_PREFIX = "sqlq-probe:"
-
-
-def _listen_forever(  # noqa: C901 (one reconnecting loop that also runs the start-up probe)
-    params: dict[str, Any],
-    queues: set[str] | None,
-    wake: Callable[[], None],
-    stop: threading.Event,
-    logger: logging.Logger,
-    probe: Callable[[str], None] | None,
-    where: str,
-) -> None:
-    """LISTEN on a connection of its own; call wake() for each notification about one of
-    ``queues``. A lost connection is logged and re-opened with backoff; meanwhile the
-    worker's polling carries on, so a lost notification only delays pickup.
-
-    With ``probe``, once listening, call ``probe(token)`` (which must send a NOTIFY with
-    that payload through another connection); if the token is not heard within
-    PROBE_TIMEOUT, notifications do not reach this connection (a pooler in transaction
-    mode between it and PostgreSQL): log one warning and stop listening; the worker polls.
-    """
-    import psycopg
-
-    params.pop("cursor_factory", None)
-    failures = 0
-    token: str | None = None
-    deadline = 0.0
-    while not stop.is_set():
-        try:
-            with psycopg.connect(**params, autocommit=True) as conn:
-                conn.execute(f"LISTEN {CHANNEL}")
-                if failures:
-                    logger.info("LISTEN connection re-established")
-                failures = 0
-                wake()  # anything committed while we were not listening
-                if probe is not None and token is None:
-                    token = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
-                    deadline = time.monotonic() + PROBE_TIMEOUT
-                    try:
-                        probe(token)
-                    except Exception as exc:
-                        logger.warning("Could not send the start-up NOTIFY probe: %s", exc)
-                        probe = None
-                while not stop.is_set():
-                    for note in conn.notifies(timeout=0.1 if probe is not None else 0.5):
-                        if probe is not None and note.payload == token:
-                            logger.debug(
-                                "LISTEN (%s): the start-up NOTIFY arrived; woken by notifications",
-                                where,
-                            )
-                            probe = None
-                        elif queues is None or note.payload in queues:
-                            logger.debug("Woken by NOTIFY %s", note.payload)
-                            wake()
-                        if stop.is_set():
-                            break
-                    if probe is not None and time.monotonic() > deadline:
-                        logger.warning(
-                            "Notifications do not arrive: the worker LISTENs through %s, "
-                            "and a NOTIFY it sent itself at start-up was not heard within "
-                            "%.0fs. A connection pooler in transaction mode (PgBouncer "
-                            "pool_mode = transaction, most managed poolers) does this. "
-                            "Falling back to polling: new jobs wait up to POLL_INTERVAL. "
-                            "Fix: point SQLQ['LISTEN_DATABASE'] at a database alias that "
-                            "connects to PostgreSQL directly or through a session-mode pool.",
-                            where,
-                            PROBE_TIMEOUT,
-                        )
-                        return
-        except psycopg.Error as exc:
-            failures += 1
-            delay = min(5.0, 0.1 * 2**failures)
-            logger.warning("LISTEN connection lost (%s); retrying in %.1fs", exc, delay)
-            stop.wait(delay)
-
 
 _NOW = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
 
@@ -385,27 +301,9 @@ class PostgreSQLOps(QueueOps):
         probe: Callable[[str], None] | None = None,
     ) -> threading.Thread | None:
         connection = connections[alias] if alias is not None else self.connection
-        params = dict(connection.get_connection_params())
-        where = (
-            f"database alias {connection.alias!r} "
-            f"({params.get('host') or 'local socket'}:{params.get('port') or 5432})"
+        return listen_in_thread(
+            connection, queues=queues, wake=wake, stop=stop, logger=logger, probe=probe
         )
-        thread = threading.Thread(
-            target=_listen_forever,
-            args=(
-                params,
-                set(queues) if queues is not None else None,
-                wake,
-                stop,
-                logger,
-                probe,
-                where,
-            ),
-            name="sqlq-listen",
-            daemon=True,
-        )
-        thread.start()
-        return thread
 
 
 def server_identity(connection: Any) -> tuple[str, str]:
