@@ -7,6 +7,8 @@ cursor for queue work, or looks at ``connection.vendor``.
 Each statement lives in the module of its concern (``claim``, ``insert``, ``outcomes``,
 ``blockers``, ``running``, ``upkeep``, ``notify``); an engine is a module that subclasses
 ``QueueOps`` with its dialect's hooks (``sqlite``, ``postgresql``), listed in :data:`ENGINES`.
+Another engine fills in every hook that raises ``NotImplementedError`` and overrides the
+defaults that do not hold for it (``in_id_order`` for row locks, ``notify``/``listen``...).
 """
 
 from __future__ import annotations

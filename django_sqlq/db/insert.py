@@ -39,6 +39,9 @@ class InsertOps(Dialect):
     """Writing new rows: jobs, and the ticks of recurring jobs."""
 
     tick_table = "sqlq_schedule_tick"
+    # The texts of the single-row INSERTs, built once per process: by engine class, fixed
+    # time or delay, the clock's SQL (SQLite's follows USE_TZ) and, for a unique insert,
+    # whether it has a ``unique_for`` window.
     _insert_unique_cache: dict[tuple[type, bool, str, bool], str] = {}
     _insert_one_cache: dict[tuple[type, bool, str], str] = {}
 
