@@ -100,7 +100,7 @@ def one(db, finished, pending, claims, limit):
 
     from django_sqlq import lifecycle
     from django_sqlq.db import ops_for
-    from django_sqlq.db.base import Finished
+    from django_sqlq.db.outcomes import Finished
 
     t = time.perf_counter()
     if finished:

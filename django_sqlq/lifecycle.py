@@ -41,7 +41,9 @@ from django.db.models import Q
 from django_sqlq import statuses, workflows
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db import ops_for
-from django_sqlq.db.base import ClaimedJob, DatabaseNow, Finished
+from django_sqlq.db.base import DatabaseNow
+from django_sqlq.db.columns import ClaimedJob
+from django_sqlq.db.outcomes import Finished
 from django_sqlq.limits import QueueLimit
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.validation import MAX_DELAY_SECONDS
@@ -187,7 +189,7 @@ def complete(
     alias: str, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
 ) -> list[int]:
     """processing -> completed. Returns the ids written (the others were lost: fenced)."""
-    return ops_for(alias).complete(finished, worker_id=worker_id, now=now)
+    return list(ops_for(alias).complete_statuses(finished, worker_id=worker_id, now=now))
 
 
 def complete_statuses(

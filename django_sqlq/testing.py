@@ -32,7 +32,7 @@ from django.utils import timezone
 from django_sqlq import lifecycle, registry, workflows
 from django_sqlq.conf import get_settings
 from django_sqlq.control import JobControl
-from django_sqlq.db.base import ClaimedJob
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import UnknownHandlerError
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.logs import extra_for

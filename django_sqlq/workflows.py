@@ -36,7 +36,9 @@ from django.db import OperationalError, transaction
 
 from django_sqlq import statuses
 from django_sqlq.db import is_lock_conflict, ops_for
-from django_sqlq.db.base import ClaimedJob, Finished, QueueOps
+from django_sqlq.db.base import QueueOps
+from django_sqlq.db.columns import ClaimedJob
+from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Chain, DependencyPolicy, Job
 

@@ -72,7 +72,7 @@ def test_errors_keeps_the_last_attempts_only() -> None:
     from django.utils import timezone
 
     from django_sqlq import lifecycle
-    from django_sqlq.db.base import MAX_ERROR_ENTRIES
+    from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
 
     attempts = MAX_ERROR_ENTRIES + 10
     with override_settings(SQLQ=SQLQ):

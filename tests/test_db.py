@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models.functions import Now
+from django.db.models.signals import post_delete
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_sqlq import bulk_enqueue, lifecycle
 from django_sqlq.db import ops_for
+from django_sqlq.db.columns import INSERT_COLUMNS, JOB_COLUMNS, ClaimedJob
+from django_sqlq.db.outcomes import Finished
+from django_sqlq.db.postgresql import TIDY_LOCK
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
+from django_sqlq.worker.maintenance import tidier as worker_module
+from django_sqlq.worker.maintenance.tidier import QUIET_MIN
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,12 +45,10 @@ def test_claim_is_one_update_returning():
 
 
 def test_completing_a_batch_is_one_statement():
-    from django_sqlq.db.base import Finished
-
     bulk_enqueue("tests.noop", [{"n": i} for i in range(50)])
     claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=50, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
-        done = lifecycle.complete(
+        done = lifecycle.complete_statuses(
             "default",
             [Finished(job.id, job.attempts, {"n": job.id}) for job in claimed],
             worker_id="w",
@@ -197,8 +203,6 @@ def test_migrations_are_complete():
 
 
 def test_status_check_constraint_refuses_unknown_statuses():
-    from django.db import IntegrityError, transaction
-
     job = bulk_enqueue("tests.noop", [{}, {}])[0]
     with pytest.raises(IntegrityError), transaction.atomic():
         Job.objects.filter(pk=job.pk).update(status="exploded")
@@ -211,13 +215,11 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
     """The batched completion must be driven by the batch's ids (a plan that scans a status
     index once per row of the batch made it 5x slower on SQLite). Batches without results
     take a shorter form of the statement on SQLite: both are checked."""
-    from django_sqlq.db.base import Finished
-
     _fill_finished_rows(2000)
     bulk_enqueue("tests.noop", [{} for _ in range(300)])
     claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=100, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
-        lifecycle.complete(
+        lifecycle.complete_statuses(
             "default", [Finished(job.id, job.attempts, result) for job in claimed], worker_id="w"
         )
     stored = Job.objects.filter(pk__in=[job.id for job in claimed]).values_list("status", "result")
@@ -246,7 +248,6 @@ def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():
         assert not ops.needs_tidy
         assert ops.tidy() is False
         return
-    from django_sqlq.db.postgresql import TIDY_LOCK
 
     assert ops.needs_tidy
     assert ops.tidy() is True
@@ -267,8 +268,6 @@ def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():
 
 
 def test_a_worker_tidies_after_many_claims(monkeypatch):
-    from django_sqlq.worker.maintenance import tidier as worker_module
-
     monkeypatch.setattr(worker_module, "TIDY_EVERY", 20)
     tidied: list[int] = []
     original = type(ops_for("default")).tidy
@@ -290,7 +289,6 @@ def test_a_worker_vacuums_once_its_queue_goes_quiet(spawn_worker):
     22; this server runs with autovacuum off)."""
     if connection.vendor != "postgresql":
         pytest.skip("VACUUM of the jobs table: PostgreSQL")
-    from django_sqlq.worker.maintenance.tidier import QUIET_MIN
 
     def last_vacuum() -> Any:
         with connection.cursor() as cursor:
@@ -314,8 +312,6 @@ def test_delete_is_one_conditional_statement_even_with_delete_receivers():
     """lifecycle.delete() is one conditional DELETE ... RETURNING: QuerySet.delete() would
     read the rows first once a post_delete receiver exists, and delete a job claimed in
     between."""
-    from django.db.models.signals import post_delete
-
     waiting, running = bulk_enqueue("tests.noop", [{}, {}])
     Job.objects.filter(pk=running.pk).update(status=JobStatus.PROCESSING)
 
@@ -357,11 +353,6 @@ def test_every_statement_runs_with_psycopgs_server_side_binding():
     statement ($1, $2...), a name used several times as one: every queue statement runs so."""
     if connection.vendor != "postgresql":
         pytest.skip("a psycopg option")
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from django_sqlq.db.base import Finished
 
     default = connections["default"]
     settings = dict(default.settings_dict)
@@ -384,7 +375,8 @@ def test_every_statement_runs_with_psycopgs_server_side_binding():
         jobs = ops.claim(queues=["default", "other"], worker_id="w", limit=5, lease_seconds=30)
         assert len(jobs) == 5
         assert ops.extend_leases(worker_id="w", lease_seconds=60, job_ids=[jobs[0].id]) == 1
-        assert ops.complete([Finished(jobs[0].id, 1, {"ok": 1})], worker_id="w") == [jobs[0].id]
+        done = [Finished(jobs[0].id, 1, {"ok": 1})]
+        assert ops.complete_statuses(done, worker_id="w") == {jobs[0].id: "completed"}
         entry = {"attempt": 1, "message": "boom"}
         assert ops.fail(
             job_id=jobs[1].id, attempt=1, worker_id="w", error="boom", error_entry=entry,
@@ -409,8 +401,6 @@ def test_every_statement_runs_with_psycopgs_server_side_binding():
 def test_the_column_list_names_every_column_of_the_model():
     """``db/columns.py``'s JOB_COLUMNS is what every INSERT writes from: a field added to Job
     without an entry there would be left to the database (and NOT NULL ones fail)."""
-    from django_sqlq.db.columns import JOB_COLUMNS, ClaimedJob
-
     model = [field.column for field in Job._meta.concrete_fields]
     assert not set(model) - set(JOB_COLUMNS), "columns missing from db/columns.JOB_COLUMNS"
     assert not set(JOB_COLUMNS) - set(model), "db/columns.JOB_COLUMNS names no such column"
@@ -419,8 +409,6 @@ def test_the_column_list_names_every_column_of_the_model():
 
 
 def test_every_insert_writes_the_columns_of_the_list():
-    from django_sqlq.db.columns import INSERT_COLUMNS
-
     with CaptureQueriesContext(connection) as queries:
         bulk_enqueue("tests.noop", [{}])
         bulk_enqueue("tests.noop", [{}, {}], delay=60)

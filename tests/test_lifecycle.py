@@ -72,7 +72,7 @@ def test_expired_lease_goes_back_to_pending_and_counts_as_an_attempt():
 
 
 def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
-    from django_sqlq.db.base import Finished
+    from django_sqlq.db.outcomes import Finished
 
     now = datetime(2030, 1, 1, tzinfo=UTC)
     job = enqueue("tests.noop", run_at=now)

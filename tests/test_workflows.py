@@ -20,7 +20,7 @@ from django_sqlq import (
     lifecycle,
     workflows,
 )
-from django_sqlq.db.base import Finished
+from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job, JobBlocker, JobStatus
 from django_sqlq.registry import JobContext

@@ -3,6 +3,12 @@
 The rest of django_sqlq calls :func:`ops_for` and the methods of the returned
 :class:`~django_sqlq.db.base.QueueOps`; nothing outside this package writes SQL, opens a
 cursor for queue work, or looks at ``connection.vendor``.
+
+Each statement lives in the module of its concern (``claim``, ``insert``, ``outcomes``,
+``blockers``, ``running``, ``upkeep``, ``notify``); an engine is a module that subclasses
+``QueueOps`` with its dialect's hooks (``sqlite``, ``postgresql``), listed in :data:`ENGINES`.
+Another engine fills in every hook that raises ``NotImplementedError`` and overrides the
+defaults that do not hold for it (``in_id_order`` for row locks, ``notify``/``listen``...).
 """
 
 from __future__ import annotations
@@ -10,32 +16,28 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_sqlq.db.base import ClaimedJob, QueueOps
+from django_sqlq.conf import get_settings
+from django_sqlq.db.base import QueueOps
+from django_sqlq.db.postgresql import PostgreSQLOps
+from django_sqlq.db.sqlite import SQLiteOps, configure
 
-__all__ = ["ClaimedJob", "QueueOps", "configure_connection", "is_transient", "ops_for"]
+__all__ = ["QueueOps", "configure_connection", "is_transient", "ops_for"]
 
-_ops_cache: dict[str, type[QueueOps]] = {}
+#: The queue operations of each supported engine, by ``connection.vendor``.
+ENGINES: dict[str, type[QueueOps]] = {"sqlite": SQLiteOps, "postgresql": PostgreSQLOps}
 
 
 def _ops_class(vendor: str) -> type[QueueOps]:
-    if vendor not in _ops_cache:
-        if vendor == "sqlite":
-            from django_sqlq.db.sqlite import SQLiteOps
-
-            _ops_cache[vendor] = SQLiteOps
-        elif vendor == "postgresql":
-            from django_sqlq.db.postgresql import PostgreSQLOps
-
-            _ops_cache[vendor] = PostgreSQLOps
-        else:
-            raise NotImplementedError(
-                f"django_sqlq does not support the {vendor!r} database engine yet "
-                "(SQLite and PostgreSQL are supported)."
-            )
-    return _ops_cache[vendor]
+    try:
+        return ENGINES[vendor]
+    except KeyError:
+        raise NotImplementedError(
+            f"django_sqlq does not support the {vendor!r} database engine yet "
+            "(SQLite and PostgreSQL are supported)."
+        ) from None
 
 
 def ops_for(alias: str) -> QueueOps:
@@ -45,7 +47,7 @@ def ops_for(alias: str) -> QueueOps:
 
 
 def supported(alias: str) -> bool:
-    return connections[alias].vendor in ("sqlite", "postgresql")
+    return connections[alias].vendor in ENGINES
 
 
 def vendor(alias: str) -> str:
@@ -54,8 +56,6 @@ def vendor(alias: str) -> str:
 
 def configure_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:  # noqa: ARG001 (a signal receiver)
     """``connection_created`` receiver: tune new connections to the queue's database."""
-    from django_sqlq.conf import get_settings
-
     try:
         queue_alias = get_settings().DATABASE
     except Exception:  # a bad SQLQ setting is reported by the system checks
@@ -63,15 +63,11 @@ def configure_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs:
     if connection.alias != queue_alias:
         return
     if connection.vendor == "sqlite":
-        from django_sqlq.db.sqlite import configure
-
         configure(connection)
 
 
 def is_transient(exc: BaseException) -> bool:
     """True for errors that mean "try again" (a lock, a lost connection), not "bad job"."""
-    from django.db import InterfaceError, OperationalError
-
     if isinstance(exc, InterfaceError):
         return True
     if not isinstance(exc, OperationalError):

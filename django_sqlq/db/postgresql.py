@@ -7,96 +7,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django_sqlq.db.base import MAX_ERROR_ENTRIES, MAX_LIMIT_ROOM, Finished, QueueOps, read_starts
+from django.db import connections
 
-CHANNEL = "django_sqlq"
-
-
-# A worker checks at start-up that notifications reach its LISTEN connection: it sends
-# itself one (through the queue's database alias, the way enqueues send theirs) and waits
-# this long for it.
-PROBE_TIMEOUT = 2.0
-PROBE_PREFIX = "sqlq-probe:"
-
-
-def _listen_forever(  # noqa: C901 (one reconnecting loop that also runs the start-up probe)
-    params: dict[str, Any],
-    queues: set[str] | None,
-    wake: Callable[[], None],
-    stop: threading.Event,
-    logger: logging.Logger,
-    probe: Callable[[str], None] | None,
-    where: str,
-) -> None:
-    """LISTEN on a connection of its own; call wake() for each notification about one of
-    ``queues``. A lost connection is logged and re-opened with backoff; meanwhile the
-    worker's polling carries on, so a lost notification only delays pickup.
-
-    With ``probe``, once listening, call ``probe(token)`` (which must send a NOTIFY with
-    that payload through another connection); if the token is not heard within
-    PROBE_TIMEOUT, notifications do not reach this connection (a pooler in transaction
-    mode between it and PostgreSQL): log one warning and stop listening; the worker polls.
-    """
-    import psycopg
-
-    params.pop("cursor_factory", None)
-    failures = 0
-    token: str | None = None
-    deadline = 0.0
-    while not stop.is_set():
-        try:
-            with psycopg.connect(**params, autocommit=True) as conn:
-                conn.execute(f"LISTEN {CHANNEL}")
-                if failures:
-                    logger.info("LISTEN connection re-established")
-                failures = 0
-                wake()  # anything committed while we were not listening
-                if probe is not None and token is None:
-                    token = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
-                    deadline = time.monotonic() + PROBE_TIMEOUT
-                    try:
-                        probe(token)
-                    except Exception as exc:
-                        logger.warning("Could not send the start-up NOTIFY probe: %s", exc)
-                        probe = None
-                while not stop.is_set():
-                    for note in conn.notifies(timeout=0.1 if probe is not None else 0.5):
-                        if probe is not None and note.payload == token:
-                            logger.debug(
-                                "LISTEN (%s): the start-up NOTIFY arrived; woken by notifications",
-                                where,
-                            )
-                            probe = None
-                        elif queues is None or note.payload in queues:
-                            logger.debug("Woken by NOTIFY %s", note.payload)
-                            wake()
-                        if stop.is_set():
-                            break
-                    if probe is not None and time.monotonic() > deadline:
-                        logger.warning(
-                            "Notifications do not arrive: the worker LISTENs through %s, "
-                            "and a NOTIFY it sent itself at start-up was not heard within "
-                            "%.0fs. A connection pooler in transaction mode (PgBouncer "
-                            "pool_mode = transaction, most managed poolers) does this. "
-                            "Falling back to polling: new jobs wait up to POLL_INTERVAL. "
-                            "Fix: point SQLQ['LISTEN_DATABASE'] at a database alias that "
-                            "connects to PostgreSQL directly or through a session-mode pool.",
-                            where,
-                            PROBE_TIMEOUT,
-                        )
-                        return
-        except psycopg.Error as exc:
-            failures += 1
-            delay = min(5.0, 0.1 * 2**failures)
-            logger.warning("LISTEN connection lost (%s); retrying in %.1fs", exc, delay)
-            stop.wait(delay)
-
+from django_sqlq.db.base import QueueOps
+from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
+from django_sqlq.db.notify import CHANNEL, listen_in_thread
+from django_sqlq.db.outcomes import Finished
+from django_sqlq.db.queue_rows import MAX_LIMIT_ROOM, read_starts
 
 _NOW = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
 
@@ -131,10 +52,12 @@ TIDY_LOCK = 0x5351_4C51_7469_6479  # "SQLQtidy"
 
 
 class PostgreSQLOps(QueueOps):
+    """The queue's statements in PostgreSQL's dialect: the hooks they call, in sections
+    named after the module that holds each statement."""
+
     needs_tidy = True
 
-    def uuid_sql(self) -> str:
-        return _UUID7
+    # -- the fragments every statement uses (dialect.py) -----------------------------------
 
     def now_sql(self) -> str:
         return _NOW
@@ -142,15 +65,15 @@ class PostgreSQLOps(QueueOps):
     def later_sql(self, seconds: str) -> str:
         return _later(seconds)
 
+    def uuid_sql(self) -> str:
+        return _UUID7
+
     def append_error_sql(self, entry: str) -> str:
         return (
             "jsonb_path_query_array("
             f"COALESCE(errors, '[]'::jsonb) || jsonb_build_array(%({entry})s::jsonb), "
             f"{_KEEP_LAST})"
         )
-
-    def lease_error_sql(self) -> str:
-        return _LEASE_ERROR
 
     def json_param_sql(self, name: str) -> str:
         return f"%({name})s::jsonb"
@@ -163,6 +86,14 @@ class PostgreSQLOps(QueueOps):
 
     def skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED"
+
+    def in_list_sql(
+        self, column: str, values: Sequence[Any], name: str
+    ) -> tuple[str, dict[str, Any]]:
+        if len(values) == 1:
+            # Plain equality lets the planner read the claim index in order (no sort).
+            return f"{column} = %({name})s", {name: values[0]}
+        return f"{column} = ANY(%({name})s)", {name: list(values)}
 
     def in_id_order(
         self,
@@ -185,143 +116,7 @@ class PostgreSQLOps(QueueOps):
             f"ORDER BY id FOR {strength}{skip})"
         )
 
-    def finished_lock_sql(self, *, unwaited: bool, skip_locked: bool) -> str:
-        # The batch's rows by their ids (the primary key), whatever the statistics say:
-        # ``status || ''`` is an expression no index covers. Driven from the lease index's
-        # "processing" rows instead, a completion read every running job once per job of
-        # its batch once a VACUUM without ANALYZE had updated the table's size (a drain at
-        # 0.4-0.6x).
-        where = (
-            "id = ANY(%(done_ids)s) AND (status || '') = 'processing' "
-            "AND locked_by = %(worker_id)s"
-        )
-        if unwaited:
-            where += " AND waited_on IS NULL"
-        return f"AND {self.in_id_order(where, skip_locked=skip_locked)} "
-
-    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
-        if not job_ids:
-            return
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) "
-                f"AND status = ANY(%(statuses)s) ORDER BY id FOR NO KEY UPDATE",
-                {"ids": sorted(set(job_ids)), "statuses": list(statuses)},
-            )
-
-    def in_list_sql(
-        self, column: str, values: Sequence[Any], name: str
-    ) -> tuple[str, dict[str, Any]]:
-        if len(values) == 1:
-            # Plain equality lets the planner read the claim index in order (no sort).
-            return f"{column} = %({name})s", {name: values[0]}
-        return f"{column} = ANY(%({name})s)", {name: list(values)}
-
-    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
-        return (
-            "jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(value, n)",
-            "p.value",
-            "p.n",
-            "[" + ",".join(payloads) + "]",
-        )
-
-    def finished_rows_sql(
-        self, finished: Sequence[Finished]
-    ) -> tuple[str, dict[str, str], dict[str, Any]]:
-        source = (
-            "unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[], "
-            "%(done_results)s::jsonb[]) AS done(id, attempt, result)"
-        )
-        columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
-        return (
-            source,
-            columns,
-            {
-                "done_ids": [f.id for f in finished],
-                "done_attempts": [f.attempt for f in finished],
-                "done_results": [
-                    None if f.result is None else json.dumps(f.result) for f in finished
-                ],
-            },
-        )
-
-    def with_notify(self, insert_sql: str) -> str:
-        # pg_notify is transactional (delivered on commit), and PostgreSQL folds identical
-        # notifications of one transaction into one, so one per row costs nothing extra.
-        return (
-            f"WITH inserted AS ({insert_sql}, queue) "
-            f"SELECT id, scheduled_at, created_at, uuid, pg_notify('{CHANNEL}', queue) "
-            f"FROM inserted"
-        )
-
-    def with_promote_notify(self, update_sql: str) -> str:
-        # Idle workers of the promoted jobs' queues wake on commit, as after an enqueue.
-        return (
-            f"WITH promoted AS ({update_sql}) "
-            f"SELECT queue, pg_notify('{CHANNEL}', queue) FROM promoted"
-        )
-
-    def seconds_between_sql(self, later: str, earlier: str) -> str:
-        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
-
-    def listen(
-        self,
-        *,
-        queues: Sequence[str] | None,
-        wake: Callable[[], None],
-        stop: threading.Event,
-        logger: logging.Logger,
-        alias: str | None = None,
-        probe: Callable[[str], None] | None = None,
-    ) -> threading.Thread | None:
-        from django.db import connections
-
-        connection = connections[alias] if alias is not None else self.connection
-        params = dict(connection.get_connection_params())
-        where = (
-            f"database alias {connection.alias!r} "
-            f"({params.get('host') or 'local socket'}:{params.get('port') or 5432})"
-        )
-        thread = threading.Thread(
-            target=_listen_forever,
-            args=(
-                params,
-                set(queues) if queues is not None else None,
-                wake,
-                stop,
-                logger,
-                probe,
-                where,
-            ),
-            name="sqlq-listen",
-            daemon=True,
-        )
-        thread.start()
-        return thread
-
-    def tidy(self) -> bool:
-        # Every claimed job leaves a dead entry in the claim index until VACUUM removes it,
-        # and every claim walks the dead entries before the first live one: during a burst
-        # the claim slows down with each job done (0.28x after 90,000). VACUUM (concurrent
-        # with claims and writes) removes them; INDEX_CLEANUP ON, because PostgreSQL skips
-        # the indexes when few heap pages hold dead rows, which is the case on a table of
-        # many finished jobs. One worker at a time (an advisory lock), never waiting for a
-        # lock (SKIP_LOCKED: an autovacuum already at work is enough).
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [TIDY_LOCK])
-            if not cursor.fetchone()[0]:
-                return False
-            try:
-                cursor.execute(f"VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) {self.table}")
-            finally:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [TIDY_LOCK])
-        return True
-
-    def notify(self, queues: Sequence[str]) -> None:
-        # NOTIFY is transactional: it is delivered when (and only if) the enqueue commits.
-        with self.connection.cursor() as cursor:
-            for queue in sorted(set(queues)):
-                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+    # -- the claim (claim.py, queue_rows.py) -----------------------------------------------
 
     def claim_ids_sql(
         self, queues: Sequence[str], caps: Mapping[str, int] | None = None
@@ -386,6 +181,129 @@ class PostgreSQLOps(QueueOps):
                 cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
                 return {}, float(cursor.fetchone()[0])
         return {row[0]: read_starts(row[1]) for row in rows}, float(rows[0][2])
+
+    # -- new jobs (insert.py) --------------------------------------------------------------
+
+    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
+        return (
+            "jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(value, n)",
+            "p.value",
+            "p.n",
+            "[" + ",".join(payloads) + "]",
+        )
+
+    def with_notify(self, insert_sql: str) -> str:
+        # pg_notify is transactional (delivered on commit), and PostgreSQL folds identical
+        # notifications of one transaction into one, so one per row costs nothing extra.
+        return (
+            f"WITH inserted AS ({insert_sql}, queue) "
+            f"SELECT id, scheduled_at, created_at, uuid, pg_notify('{CHANNEL}', queue) "
+            f"FROM inserted"
+        )
+
+    # -- outcomes (outcomes.py) ------------------------------------------------------------
+
+    def finished_rows_sql(
+        self, finished: Sequence[Finished]
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        source = (
+            "unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[], "
+            "%(done_results)s::jsonb[]) AS done(id, attempt, result)"
+        )
+        columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
+        return (
+            source,
+            columns,
+            {
+                "done_ids": [f.id for f in finished],
+                "done_attempts": [f.attempt for f in finished],
+                "done_results": [
+                    None if f.result is None else json.dumps(f.result) for f in finished
+                ],
+            },
+        )
+
+    def finished_lock_sql(self, *, unwaited: bool, skip_locked: bool) -> str:
+        # The batch's rows by their ids (the primary key), whatever the statistics say:
+        # ``status || ''`` is an expression no index covers. Driven from the lease index's
+        # "processing" rows instead, a completion read every running job once per job of
+        # its batch once a VACUUM without ANALYZE had updated the table's size (a drain at
+        # 0.4-0.6x).
+        where = (
+            "id = ANY(%(done_ids)s) AND (status || '') = 'processing' "
+            "AND locked_by = %(worker_id)s"
+        )
+        if unwaited:
+            where += " AND waited_on IS NULL"
+        return f"AND {self.in_id_order(where, skip_locked=skip_locked)} "
+
+    # -- workflows (blockers.py) -----------------------------------------------------------
+
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
+        if not job_ids:
+            return
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) "
+                f"AND status = ANY(%(statuses)s) ORDER BY id FOR NO KEY UPDATE",
+                {"ids": sorted(set(job_ids)), "statuses": list(statuses)},
+            )
+
+    # -- upkeep (upkeep.py) ----------------------------------------------------------------
+
+    def with_promote_notify(self, update_sql: str) -> str:
+        # Idle workers of the promoted jobs' queues wake on commit, as after an enqueue.
+        return (
+            f"WITH promoted AS ({update_sql}) "
+            f"SELECT queue, pg_notify('{CHANNEL}', queue) FROM promoted"
+        )
+
+    def seconds_between_sql(self, later: str, earlier: str) -> str:
+        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
+
+    def lease_error_sql(self) -> str:
+        return _LEASE_ERROR
+
+    def tidy(self) -> bool:
+        # Every claimed job leaves a dead entry in the claim index until VACUUM removes it,
+        # and every claim walks the dead entries before the first live one: during a burst
+        # the claim slows down with each job done (0.28x after 90,000). VACUUM (concurrent
+        # with claims and writes) removes them; INDEX_CLEANUP ON, because PostgreSQL skips
+        # the indexes when few heap pages hold dead rows, which is the case on a table of
+        # many finished jobs. One worker at a time (an advisory lock), never waiting for a
+        # lock (SKIP_LOCKED: an autovacuum already at work is enough).
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [TIDY_LOCK])
+            if not cursor.fetchone()[0]:
+                return False
+            try:
+                cursor.execute(f"VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) {self.table}")
+            finally:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [TIDY_LOCK])
+        return True
+
+    # -- wake-ups (notify.py) --------------------------------------------------------------
+
+    def notify(self, queues: Sequence[str]) -> None:
+        # NOTIFY is transactional: it is delivered when (and only if) the enqueue commits.
+        with self.connection.cursor() as cursor:
+            for queue in sorted(set(queues)):
+                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+
+    def listen(
+        self,
+        *,
+        queues: Sequence[str] | None,
+        wake: Callable[[], None],
+        stop: threading.Event,
+        logger: logging.Logger,
+        alias: str | None = None,
+        probe: Callable[[str], None] | None = None,
+    ) -> threading.Thread | None:
+        connection = connections[alias] if alias is not None else self.connection
+        return listen_in_thread(
+            connection, queues=queues, wake=wake, stop=stop, logger=logger, probe=probe
+        )
 
 
 def server_identity(connection: Any) -> tuple[str, str]:

@@ -10,9 +10,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_sqlq.db.base import MAX_ERROR_ENTRIES, Finished, QueueOps, read_starts
+from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS, get_settings
+from django_sqlq.db.base import QueueOps
+from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
+from django_sqlq.db.outcomes import Finished
+from django_sqlq.db.queue_rows import read_starts
 
 # At most this many queues are read by one claim: SQLite refuses a compound SELECT of more
 # than 500 arms (SQLITE_MAX_COMPOUND_SELECT); each arm adds one parameter (its queue) to the
@@ -39,8 +44,6 @@ _LATER_LOCAL = (
 
 
 def _local_time() -> bool:
-    from django.conf import settings
-
     return not settings.USE_TZ
 
 
@@ -81,13 +84,9 @@ def configure(connection: BaseDatabaseWrapper) -> None:
     its transactions take the write lock up front (BEGIN IMMEDIATE) unless the project chose
     a transaction mode itself: a deferred transaction that reads, then writes, fails with
     "database is locked" at once instead of waiting for the busy timeout."""
-    from django_sqlq.conf import get_settings
-
     try:
         pragmas = get_settings().SQLITE_PRAGMAS
-    except Exception:
-        from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS
-
+    except Exception:  # a bad SQLQ setting is reported by the system checks
         pragmas = DEFAULT_SQLITE_PRAGMAS
     raw = connection.connection
     # busy_timeout first: a PRAGMA that needs a lock then waits for it like any statement.
@@ -166,6 +165,41 @@ def pragma(connection: BaseDatabaseWrapper, name: str) -> Any:
 
 
 class SQLiteOps(QueueOps):
+    """The queue's statements in SQLite's dialect: the hooks they call, in sections named
+    after the module that holds each statement."""
+
+    # -- the fragments every statement uses (dialect.py) -----------------------------------
+
+    def now_sql(self) -> str:
+        return _NOW_LOCAL if _local_time() else _NOW
+
+    def later_sql(self, seconds: str) -> str:
+        # The templates leave "{seconds}" for the parameter's name.
+        return (_LATER_LOCAL if _local_time() else _LATER).replace("{seconds}", seconds)
+
+    def uuid_sql(self) -> str:
+        return _UUID7
+
+    def append_error_sql(self, entry: str) -> str:
+        return f"json_insert({_ERRORS_ROOM}, '$[#]', json(%({entry})s))"
+
+    def in_list_sql(
+        self, column: str, values: Sequence[Any], name: str
+    ) -> tuple[str, dict[str, Any]]:
+        params = {f"{name}_{index}": value for index, value in enumerate(values)}
+        placeholders = ", ".join(f"%({key})s" for key in params)
+        return f"{column} IN ({placeholders})", params
+
+    def unindexed(self, column: str) -> str:
+        # Unary + keeps SQLite from scanning the status index for every row of the batch;
+        # the batch's ids lead, through the primary key.
+        return f"+{column}"
+
+    def raw_datetime(self, column: str) -> str:
+        # An expression has no declared type, so Django's "datetime" converter skips it; the
+        # text sorts as the time does.
+        return f"CAST({column} AS TEXT)"
+
     def take_write_lock(self) -> None:
         """Take the write lock now, in a transaction Django began DEFERRED (a project that
         chose ``"transaction_mode": "DEFERRED"``): a no-op UPDATE takes it, waiting up to
@@ -176,97 +210,7 @@ class SQLiteOps(QueueOps):
         with self.connection.cursor() as cursor:
             cursor.execute(f"UPDATE {self.table} SET id = id WHERE 0")
 
-    def raw_datetime(self, column: str) -> str:
-        # An expression has no declared type, so Django's "datetime" converter skips it; the
-        # text sorts as the time does.
-        return f"CAST({column} AS TEXT)"
-
-    def uuid_sql(self) -> str:
-        return _UUID7
-
-    def now_sql(self) -> str:
-        return _NOW_LOCAL if _local_time() else _NOW
-
-    def later_sql(self, seconds: str) -> str:
-        # The templates leave "{seconds}" for the parameter's name.
-        return (_LATER_LOCAL if _local_time() else _LATER).replace("{seconds}", seconds)
-
-    def append_error_sql(self, entry: str) -> str:
-        return f"json_insert({_ERRORS_ROOM}, '$[#]', json(%({entry})s))"
-
-    def lease_error_sql(self) -> str:
-        return _LEASE_ERROR
-
-    def seconds_between_sql(self, later: str, earlier: str) -> str:
-        return f"((julianday({later}) - julianday({earlier})) * 86400.0)"
-
-    def unindexed(self, column: str) -> str:
-        # Unary + keeps SQLite from scanning the status index for every row of the batch;
-        # the batch's ids lead, through the primary key.
-        return f"+{column}"
-
-    def in_list_sql(
-        self, column: str, values: Sequence[Any], name: str
-    ) -> tuple[str, dict[str, Any]]:
-        params = {f"{name}_{index}": value for index, value in enumerate(values)}
-        placeholders = ", ".join(f"%({key})s" for key in params)
-        return f"{column} IN ({placeholders})", params
-
-    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
-        # Each element is the payload's JSON text as a JSON string, so that json_each's
-        # ``value`` is exactly that text whatever the payload's type.
-        return "json_each(%(payloads)s)", "value", "key", json.dumps(list(payloads))
-
-    def finished_rows_sql(
-        self, finished: Sequence[Finished]
-    ) -> tuple[str, dict[str, str], dict[str, Any]]:
-        if all(f.result is None for f in finished):
-            # The common case, no results: {"id": attempt, ...}, whose json_each rows carry
-            # both numbers without a second parse (about 15 % quicker than the general form).
-            source = (
-                "(SELECT CAST(key AS INTEGER) AS id, value AS attempt, NULL AS result "
-                "FROM json_each(%(done)s)) AS done"
-            )
-            columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
-            return source, columns, {"done": json.dumps({f.id: f.attempt for f in finished})}
-        # One JSON parameter: [[id, attempt, "result as JSON text" or null], ...].
-        rows = [
-            [f.id, f.attempt, None if f.result is None else json.dumps(f.result)] for f in finished
-        ]
-        source = (
-            "(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempt, "
-            "json_extract(value, '$[2]') AS result FROM json_each(%(done)s)) AS done"
-        )
-        columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
-        return source, columns, {"done": json.dumps(rows)}
-
-    def auto_vacuum(self) -> int:
-        """The database's ``PRAGMA auto_vacuum``: 0 none, 1 full, 2 incremental."""
-        return int(pragma(self.connection, "auto_vacuum") or 0)
-
-    def reclaim_space(self, *, max_pages: int) -> int | None:
-        # Only with auto_vacuum = INCREMENTAL (set before the first table was created, or
-        # followed by one VACUUM): then each call frees up to max_pages pages from the end
-        # of the file, in one short write transaction.
-        # executescript(), because the sqlite3 module steps a statement that returns no row
-        # only once, and each step of incremental_vacuum frees one page.
-        if self.auto_vacuum() != 2:
-            return None
-        with self.connection.wrap_database_errors:
-            self.connection.connection.executescript(
-                f"PRAGMA incremental_vacuum({int(max_pages)})"
-            )
-        return int(pragma(self.connection, "freelist_count") or 0)
-
-    def change_check_interval(self, poll_interval: float) -> float:
-        return min(CHANGE_CHECK_INTERVAL, poll_interval)
-
-    def data_version(self) -> Any:
-        """Changes whenever another connection commits to the database file: a check that
-        costs microseconds and reads no table, for the idle worker's wake-up."""
-        self.connection.ensure_connection()
-        with self.connection.wrap_database_errors:
-            return self.connection.connection.execute("PRAGMA data_version").fetchone()[0]
+    # -- the claim (claim.py, queue_rows.py) -----------------------------------------------
 
     def claim_ids_sql(
         self, queues: Sequence[str], caps: Mapping[str, int] | None = None
@@ -319,3 +263,73 @@ class SQLiteOps(QueueOps):
                 cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
                 return {}, float(cursor.fetchone()[0])
         return {row[0]: read_starts(row[1]) for row in rows}, float(rows[0][2])
+
+    # -- new jobs (insert.py) --------------------------------------------------------------
+
+    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
+        # Each element is the payload's JSON text as a JSON string, so that json_each's
+        # ``value`` is exactly that text whatever the payload's type.
+        return "json_each(%(payloads)s)", "value", "key", json.dumps(list(payloads))
+
+    # -- outcomes (outcomes.py) ------------------------------------------------------------
+
+    def finished_rows_sql(
+        self, finished: Sequence[Finished]
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        if all(f.result is None for f in finished):
+            # The common case, no results: {"id": attempt, ...}, whose json_each rows carry
+            # both numbers without a second parse (about 15 % quicker than the general form).
+            source = (
+                "(SELECT CAST(key AS INTEGER) AS id, value AS attempt, NULL AS result "
+                "FROM json_each(%(done)s)) AS done"
+            )
+            columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
+            return source, columns, {"done": json.dumps({f.id: f.attempt for f in finished})}
+        # One JSON parameter: [[id, attempt, "result as JSON text" or null], ...].
+        rows = [
+            [f.id, f.attempt, None if f.result is None else json.dumps(f.result)] for f in finished
+        ]
+        source = (
+            "(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempt, "
+            "json_extract(value, '$[2]') AS result FROM json_each(%(done)s)) AS done"
+        )
+        columns = {"id": "done.id", "attempt": "done.attempt", "result": "done.result"}
+        return source, columns, {"done": json.dumps(rows)}
+
+    # -- upkeep (upkeep.py) ----------------------------------------------------------------
+
+    def seconds_between_sql(self, later: str, earlier: str) -> str:
+        return f"((julianday({later}) - julianday({earlier})) * 86400.0)"
+
+    def lease_error_sql(self) -> str:
+        return _LEASE_ERROR
+
+    def auto_vacuum(self) -> int:
+        """The database's ``PRAGMA auto_vacuum``: 0 none, 1 full, 2 incremental."""
+        return int(pragma(self.connection, "auto_vacuum") or 0)
+
+    def reclaim_space(self, *, max_pages: int) -> int | None:
+        # Only with auto_vacuum = INCREMENTAL (set before the first table was created, or
+        # followed by one VACUUM): then each call frees up to max_pages pages from the end
+        # of the file, in one short write transaction.
+        # executescript(), because the sqlite3 module steps a statement that returns no row
+        # only once, and each step of incremental_vacuum frees one page.
+        if self.auto_vacuum() != 2:
+            return None
+        with self.connection.wrap_database_errors:
+            self.connection.connection.executescript(
+                f"PRAGMA incremental_vacuum({int(max_pages)})"
+            )
+        return int(pragma(self.connection, "freelist_count") or 0)
+
+    # -- wake-ups (notify.py) --------------------------------------------------------------
+
+    def change_check_interval(self, poll_interval: float) -> float:
+        return min(CHANGE_CHECK_INTERVAL, poll_interval)
+
+    def data_version(self) -> Any:
+        """Changes whenever another connection commits to the database file: a check that
+        costs microseconds and reads no table, for the idle worker's wake-up."""
+        self.connection.ensure_connection()
+        with self.connection.wrap_database_errors:
+            return self.connection.connection.execute("PRAGMA data_version").fetchone()[0]

@@ -25,7 +25,7 @@ from django.db import connections, transaction
 
 from django_sqlq import workflows
 from django_sqlq.db import ops_for
-from django_sqlq.db.base import ClaimedJob
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import LeaseLostError, PayloadError, TransactionLeftOpenError
 from django_sqlq.jsoncodec import encode_json
 

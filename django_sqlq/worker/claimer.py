@@ -22,7 +22,7 @@ from django.db import DatabaseError
 
 from django_sqlq import lifecycle
 from django_sqlq.db import is_missing_table, is_transient, ops_for
-from django_sqlq.db.base import ClaimedJob
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.schema import migrate_command
 from django_sqlq.worker.changes import ChangeWatch
 from django_sqlq.worker.completer import FLUSH_INTERVAL

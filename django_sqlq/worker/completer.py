@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from django.db import DatabaseError
 
 from django_sqlq import lifecycle, registry, workflows
-from django_sqlq.db.base import ClaimedJob, Finished
+from django_sqlq.db.columns import ClaimedJob
+from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import JobInterruptedError
 from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus

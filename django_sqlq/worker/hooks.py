@@ -9,7 +9,7 @@ from typing import Any
 
 from django_sqlq import registry
 from django_sqlq.control import JobControl
-from django_sqlq.db.base import ClaimedJob
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.logs import job_extra
 
 logger = logging.getLogger("django_sqlq.worker")

@@ -20,7 +20,7 @@ from django.utils import timezone, translation
 
 from django_sqlq import lifecycle, registry, tracing
 from django_sqlq.control import JobControl
-from django_sqlq.db.base import ClaimedJob
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import JobCancelled, LeaseLostError, PayloadError
 from django_sqlq.jsoncodec import decode_json, encode_json
 from django_sqlq.logs import extra_for

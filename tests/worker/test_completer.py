@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from django_sqlq import bulk_enqueue, lifecycle, registry
-from django_sqlq.db.base import ClaimedJob
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
 from django_sqlq.worker.completer import FLUSH_BATCH, FLUSH_INTERVAL, Completer, Done

@@ -1,0 +1,158 @@
+"""Outcomes: what a worker writes when an attempt ends (completed, retried, failed,
+cancelled), and the claimed jobs it gives back unstarted. Each write is fenced: it changes
+a job only while this worker still holds that attempt."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django_sqlq.db.dialect import Dialect
+
+
+class Finished(NamedTuple):
+    """The outcome of one attempt, ready to be written."""
+
+    id: int
+    attempt: int
+    result: Any = None
+
+
+class OutcomeOps(Dialect):
+    """The ends of attempts."""
+
+    def complete_statuses(
+        self,
+        finished: Sequence[Finished],
+        *,
+        worker_id: str,
+        now: datetime | None = None,
+        unwaited: bool = False,
+        skip_locked: bool = False,
+    ) -> dict[int, str]:
+        """Mark many attempts completed in one statement, and return each written job's
+        new status: ``completed``, or ``cancelled`` for a job whose cancel was requested
+        while it ran (the handler ran to its end, but the job was cancelled: its outcome is
+        recorded as such). An attempt this worker no longer held (its lease ran out) is
+        fenced out (not in the result).
+        ``unwaited``: only jobs no other job waits for (``waited_on`` unset); the others
+        are left out, as a lost job is, for the caller to complete with their waiters.
+        ``skip_locked``: a job another transaction holds right now (an enqueue about to
+        depend on it, an operator) is left out too, rather than waited for with the others
+        held (see :meth:`in_id_order`)."""
+        if not finished:
+            return {}
+        now_sql = self.now_sql()
+        source, columns, source_params = self.finished_rows_sql(finished)
+        status_sql = (
+            f"CASE WHEN {self.table}.cancel_requested_at IS NULL THEN 'completed' "
+            f"ELSE 'cancelled' END"
+        )
+        sql = (
+            f"UPDATE {self.table} SET status = {status_sql}, result = {columns['result']}, "
+            f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
+            f"FROM {source} "
+            f"WHERE {self.table}.id = {columns['id']} "
+            f"AND {self.table}.attempts = {columns['attempt']} "
+            f"AND {self.unindexed(f'{self.table}.status')} = 'processing' "
+            f"AND {self.table}.locked_by = %(worker_id)s "
+            f"{f'AND {self.table}.waited_on IS NULL ' if unwaited else ''}"
+            f"{self.finished_lock_sql(unwaited=unwaited, skip_locked=skip_locked)}"
+            f"RETURNING {self.table}.id, {self.table}.status"
+        )
+        params = {"now": self.clock(now), "worker_id": worker_id, **source_params}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {row[0]: str(row[1]) for row in cursor.fetchall()}
+
+    def finished_rows_sql(
+        self, finished: Sequence[Finished]
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """A FROM item with one row (id, attempt, result) per finished attempt, its columns,
+        and its parameters."""
+        raise NotImplementedError
+
+    def finished_lock_sql(
+        self,
+        *,
+        unwaited: bool,  # noqa: ARG002 (for engines with row locks)
+        skip_locked: bool,  # noqa: ARG002
+    ) -> str:
+        """What :meth:`complete_statuses` adds to its WHERE to take its rows in id order
+        (:meth:`in_id_order`), with the parameters of :meth:`finished_rows_sql`. Nothing
+        here (SQLite)."""
+        return ""
+
+    def fail(
+        self,
+        *,
+        job_id: int,
+        attempt: int,
+        worker_id: str,
+        error: str,
+        error_entry: dict[str, Any],
+        retry_in: float | None,
+        now: datetime | None = None,
+        cancel: bool = False,
+    ) -> str | None:
+        """Record a failed attempt: ``scheduled`` again ``retry_in`` seconds ahead (``pending``
+        for no wait) while attempts remain (``retry_in=None``: no retry), else failed; or
+        ``cancelled`` (no retry) when ``cancel`` or when a cancel was requested while it ran.
+        Returns the new status, or None if this worker no longer held the job (fenced)."""
+        now_sql = self.now_sql()
+        cancelled = "(cancel_requested_at IS NOT NULL OR %(cancel)s)"
+        final = f"(attempts >= max_attempts OR %(no_retry)s OR {cancelled})"
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN {cancelled} THEN 'cancelled' WHEN {final} THEN 'failed' "
+            f"WHEN {self.float_param_sql('retry_in')} > 0 THEN 'scheduled' ELSE 'pending' END, "
+            f"scheduled_at = CASE WHEN {final} THEN scheduled_at "
+            f"ELSE {self.later_sql('retry_in')} END, "
+            f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
+            f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
+            f"last_error = %(error)s, errors = {self.append_error_sql('error_entry')}, "
+            f"lease_expires_at = NULL, updated_at = {now_sql} "
+            f"WHERE id = %(job_id)s AND status = 'processing' AND locked_by = %(worker_id)s "
+            f"AND attempts = %(attempt)s "
+            f"RETURNING status"
+        )
+        params = {
+            "no_retry": retry_in is None,
+            "cancel": cancel,
+            "retry_in": retry_in or 0,
+            "now": self.clock(now),
+            "error": error,
+            "error_entry": json.dumps(error_entry),
+            "job_id": job_id,
+            "worker_id": worker_id,
+            "attempt": attempt,
+        }
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    def release(
+        self, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None
+    ) -> int:
+        """Give back claimed-but-unstarted jobs: pending again, the attempt not counted (a job
+        whose cancel was requested meanwhile is cancelled instead)."""
+        if not job_ids:
+            return 0
+        in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
+        now_sql = self.now_sql()
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END, "
+            f"completed_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE {now_sql} END, "
+            f"attempts = attempts - 1, "
+            f"locked_by = '', locked_at = NULL, started_at = NULL, lease_expires_at = NULL, "
+            f"updated_at = {now_sql} "
+            "WHERE "
+            + self.in_id_order(f"{in_sql} AND status = 'processing' AND locked_by = %(worker_id)s")
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": self.clock(now), "worker_id": worker_id, **in_params})
+            return int(cursor.rowcount)

@@ -1,0 +1,101 @@
+"""The ``sqlq_queue`` table: paused queues, and the rows a claim of limited queues locks
+to count what those queues run and started (``SQLQ["QUEUE_LIMITS"]``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django_sqlq.db.dialect import Dialect
+from django_sqlq.limits import QueueLimit
+
+#: A queue's room under global limits when it has neither kind (never the smaller value).
+MAX_LIMIT_ROOM = 2**31 - 1
+
+
+def read_starts(value: Any) -> list[float]:
+    """``recent_starts`` as read by raw SQL (JSON text: Django does not decode raw JSON)."""
+    starts = json.loads(value) if isinstance(value, (str, bytes)) else value
+    return sorted(float(t) for t in starts or [] if isinstance(t, (int, float)))
+
+
+class QueueRowOps(Dialect):
+    """Statements on the queues' rows; :class:`~django_sqlq.db.claim.ClaimOps` uses them."""
+
+    queue_table = "sqlq_queue"
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues (a read of the small ``sqlq_queue`` table)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {self.queue_table} WHERE paused = %(yes)s", {"yes": True}
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    @staticmethod
+    def global_room(
+        limit: QueueLimit,
+        running: int,
+        starts: Mapping[str, list[float]],
+        name: str,
+        clock: float | None,
+    ) -> int:
+        """How many jobs of queue ``name`` may start now under its global ``limit``."""
+        if name not in starts:
+            return 0  # no row to lock (deleted meanwhile): claim none of it this time
+        room = MAX_LIMIT_ROOM
+        if limit.concurrency is not None:
+            room = min(room, limit.concurrency - running)
+        if limit.rate is not None and limit.period is not None and clock is not None:
+            since = clock - limit.period
+            recent = sum(1 for started in starts[name] if started > since)
+            room = min(room, limit.rate - recent)
+        return max(room, 0)
+
+    def epoch_sql(self) -> str:
+        """SQL for now (the ``now`` parameter or the database's clock) in seconds since the
+        epoch, as a floating-point number."""
+        raise NotImplementedError
+
+    def lock_queue_rows(
+        self, names: Sequence[str], *, now: datetime | None = None
+    ) -> tuple[dict[str, list[float]], float | None]:
+        """Lock the rows of ``names`` in ``sqlq_queue`` until the transaction ends, and read
+        their recent starts; and now, by the database's clock (seconds since the epoch).
+        A queue without a row is left out (``ensure_queue_rows`` writes them)."""
+        raise NotImplementedError
+
+    def running_counts(self, names: Sequence[str]) -> dict[str, int]:
+        """Processing jobs per queue of ``names`` (the processing rows' partial index)."""
+        if not names:
+            return {}
+        in_sql, params = self.in_list_sql("queue", list(names), "running")
+        sql = (
+            f"SELECT queue, COUNT(*) FROM {self.table} "
+            f"WHERE status = 'processing' AND {in_sql} GROUP BY queue"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+    def save_recent_starts(self, name: str, starts: Sequence[float]) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.queue_table} SET recent_starts = "
+                f"{self.json_param_sql('starts')} WHERE name = %(name)s",
+                {"starts": json.dumps(list(starts)), "name": name},
+            )
+
+    def ensure_queue_rows(self, names: Sequence[str]) -> None:
+        """Write a row in ``sqlq_queue`` for each of ``names`` that has none (running, no
+        starts), leaving existing rows alone."""
+        for name in sorted(set(names)):
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {self.queue_table} (name, paused, updated_at, recent_starts) "
+                    f"VALUES (%(name)s, %(paused)s, {self.now_sql()}, "
+                    f"{self.empty_json_list_sql()}) ON CONFLICT (name) DO NOTHING",
+                    {"name": name, "paused": False, "now": None},
+                )
