@@ -33,7 +33,7 @@ from django_sqlq.exceptions import InvalidJobError, PayloadError, SQLQError
 from django_sqlq.jsoncodec import parse_json
 from django_sqlq.management.base import SQLQCommand, queue_database
 from django_sqlq.management.commands.sqlq_prune import duration
-from django_sqlq.management.commands.sqlq_worker import positive_int, queue_name
+from django_sqlq.management.option_types import positive_int, queue_name
 from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job
 
 #: The fields ``list`` shows (and ``list --json`` gives for each job).

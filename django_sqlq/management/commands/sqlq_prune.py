@@ -25,7 +25,7 @@ from django_sqlq import statuses as job_statuses
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.management.base import SQLQCommand, queue_database
-from django_sqlq.management.commands.sqlq_worker import queue_name
+from django_sqlq.management.option_types import queue_name
 from django_sqlq.validation import MAX_DELAY_SECONDS, check_name, number_text
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
