@@ -41,7 +41,8 @@ from django_sqlq.dashboard.rows import (
     WorkerRow,
 )
 from django_sqlq.db import stats
-from django_sqlq.models import Job, JobBlocker, JobStatus, Maintenance, WorkerProcess
+from django_sqlq.models import Job, JobBlocker, JobStatus, WorkerProcess
+from django_sqlq.retention import last_prune
 
 
 def queue_rows(
@@ -93,7 +94,6 @@ def queue_rows(
         found[queue][str(JobStatus.BLOCKED)] = n
     live = [w for w in workers if w.alive]
     names = list(configured) + sorted(set(found) - set(configured))
-
     limits = get_settings().QUEUE_LIMITS
     result = []
     for name in names:
@@ -294,12 +294,10 @@ def bounded_count(queryset: Any, limit: int) -> int:
 
 def retention(alias: str) -> Retention:
     """The dashboard's retention panel: the settings, and one row (the last prune)."""
-
     conf = get_settings()
     labels = dict(JobStatus.choices)
     kept = [
         KeptStatus(status=status, label=str(labels[status]), seconds=seconds)
         for status, seconds in conf.KEEP_FINISHED.items()
     ]
-    last = Maintenance.objects.using(alias).filter(duty="prune").first()
-    return Retention(kept=kept, interval=conf.PRUNE_INTERVAL, last=last)
+    return Retention(kept=kept, interval=conf.PRUNE_INTERVAL, last=last_prune(alias))
