@@ -5,11 +5,18 @@ reason, which argparse prints after the option's name."""
 from __future__ import annotations
 
 import argparse
+import re
 
-from django_sqlq import compat, validation
+from django_sqlq import compat, statuses, validation
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.limits import parse_queue_option
-from django_sqlq.validation import MAX_INTERVAL_SECONDS, number_text
+from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN
+from django_sqlq.validation import MAX_DELAY_SECONDS, MAX_INTERVAL_SECONDS, number_text
+
+MAX_LIMIT = 100_000  # sqlq_jobs list --limit
+BIGINT_MAX = 2**63 - 1
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 def positive_int(value: str) -> int:
@@ -123,3 +130,64 @@ def tasks_backend(value: str) -> str:
             "not django_sqlq.backend.SQLQBackend"
         )
     return value
+
+
+def job_id(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a job id (a whole number)") from None
+    if not 0 < number <= BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a job id (1 or more)")
+    return number
+
+
+def status_list(value: str) -> list[str]:
+    names = [name.strip().lower() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in statuses.ALL]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: statuses are {', '.join(statuses.ALL)} (repeat --status, or "
+            "separate them with commas)"
+        )
+    return names
+
+
+def limit_value(value: str) -> int:
+    number = positive_int(value)
+    if number > MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_LIMIT}, got {number}")
+    return number
+
+
+def priority_value(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not PRIORITY_MIN <= number <= PRIORITY_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be between {PRIORITY_MIN} and {PRIORITY_MAX}, got {number}"
+        )
+    return number
+
+
+def duration(value: str) -> float:
+    """``--older-than``: seconds ("3600"), or a number and a unit, in any sequence: "7d",
+    "12h", "30m", "45s", "2w", "1d12h"."""
+    text = value.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not a duration: give seconds (3600) or a number with a unit "
+                "s, m, h, d or w (30m, 12h, 7d, 1d12h)"
+            ) from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not 0 <= seconds <= MAX_DELAY_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and {number_text(MAX_DELAY_SECONDS)} seconds, got {value!r}"
+        )
+    return seconds
