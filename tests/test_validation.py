@@ -25,7 +25,7 @@ from django_sqlq.exceptions import (
     PayloadError,
     UnknownQueueError,
 )
-from django_sqlq.management.commands.sqlq_worker import (
+from django_sqlq.management.option_types import (
     interval_seconds,
     positive_float,
     queue_name,

@@ -11,7 +11,7 @@ Split as ``django.contrib.admin`` is; a module per part:
   holding the :mod:`django_sqlq.lifecycle` function that does it, and the lists' bulk actions;
 - :mod:`~django_sqlq.admin.filters`: queue, type and "scheduled" filters;
 - :mod:`~django_sqlq.admin.pagination`: ``BoundedCountPaginator`` and the change lists;
-- :mod:`~django_sqlq.admin.dashboard`: the dashboard's views (its numbers come from
+- :mod:`~django_sqlq.admin.dashboard_views`: the dashboard's views (its numbers come from
   :mod:`django_sqlq.dashboard`) and its entry in the admin index;
 - :mod:`~django_sqlq.admin.workers`: the workers' list;
 - :mod:`~django_sqlq.admin.schedules`: the recurring jobs, with "run now", and the
@@ -19,7 +19,7 @@ Split as ``django.contrib.admin`` is; a module per part:
 - :mod:`~django_sqlq.admin.display`: badges, dates, JSON and links the pages share.
 
 This module registers the models with the default admin site (Django's autodiscovery imports
-it) and re-exports the names that were importable from ``django_sqlq.admin`` before the split.
+it) and names the admin classes importable from ``django_sqlq.admin``.
 
 Made for a table of millions of rows: the lists never count the whole table (a bounded
 count, see :class:`BoundedCountPaginator`), filter choices come from the settings, the
@@ -46,7 +46,7 @@ from django_sqlq.admin.actions import (
     run_jobs_now,
 )
 from django_sqlq.admin.chains import ChainViews
-from django_sqlq.admin.dashboard import QueueDashboardAdmin, QueueDashboardViews
+from django_sqlq.admin.dashboard_views import QueueDashboardAdmin, QueueDashboardViews
 from django_sqlq.admin.display import ERROR_LINE_CHARS, admin_links, status_badge
 from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
 from django_sqlq.admin.job_page import JobPageAdmin

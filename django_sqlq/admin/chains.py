@@ -135,14 +135,6 @@ def waiters(site_name: str, condition: Q) -> tuple[list[Waiter], bool]:
     return list(found.values()), more
 
 
-def waiters_html(site_name: str, job: Job) -> SafeString:
-    """The job page's list of the blocked jobs that wait for this job (or for its chain)."""
-    root = job.chain_id if job.chain_id is not None else job.pk
-    condition = Q(blocker_id=job.pk, chain=False) | Q(blocker_id=root, chain=True)
-    found, more = waiters(site_name, condition)
-    return waiters_list(found, more)
-
-
 def waiters_list(found: list[Waiter], more: bool) -> SafeString:
     if not found:
         return format_html('<span class="sqlq-quiet">{}</span>', gettext("none"))

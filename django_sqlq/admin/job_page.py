@@ -31,7 +31,7 @@ from django_sqlq.admin.display import (
     queue_alias,
     status_badge,
 )
-from django_sqlq.lifecycle import WAITING
+from django_sqlq.admin.job_notes import status_note
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 
 if TYPE_CHECKING:
@@ -269,46 +269,12 @@ class JobPageAdmin(JobModelAdmin):
         delete_url = None
         if job.status != JobStatus.PROCESSING and self.has_delete_permission(request, job):
             delete_url = self._url("delete", job.pk)
-        if job.status == JobStatus.PROCESSING and job.cancel_requested_at is not None:
-            note = gettext(
-                "Cancel requested at %(when)s: its worker stops it within a second or two "
-                "(a handler that does not check for it runs to its end), and it ends cancelled."
-            ) % {"when": local_datetime(job.cancel_requested_at)}
-        elif job.status == JobStatus.PROCESSING:
-            note = gettext(
-                "A worker is running this job. Cancel asks the worker to stop it; it cannot "
-                "be deleted while it runs. If the worker dies, the job returns to the queue "
-                "when its lease ends."
-            )
-        elif job.status == JobStatus.BLOCKED:
-            note = gettext(
-                "Blocked: waits for %(n)s of the jobs and chains it depends on (listed "
-                "below); it becomes pending when they have completed. If one fails or is "
-                "cancelled: %(policy)s."
-            ) % {
-                "n": job.blockers_left if job.blockers_left is not None else "?",
-                "policy": str(job.get_dependency_policy_display()).lower()
-                if job.dependency_policy
-                else "-",
-            }
-        elif job.status in WAITING and job.scheduled_at > now:
-            note = gettext("Waits until %(when)s (in %(wait)s).") % {
-                "when": local_datetime(job.scheduled_at),
-                "wait": dashboard.format_age((job.scheduled_at - now).total_seconds()),
-            }
-        elif job.status in WAITING:
-            note = gettext("Waiting for a worker since %(when)s (%(wait)s).") % {
-                "when": local_datetime(job.scheduled_at),
-                "wait": dashboard.format_age((now - job.scheduled_at).total_seconds()),
-            }
-        else:
-            note = ""
         return {
             "sqlq_job": job,
             "sqlq_status": status_badge(job.status),
             "sqlq_buttons": buttons,
             "sqlq_delete_url": delete_url,
-            "sqlq_note": note,
+            "sqlq_note": status_note(job, now),
             "sqlq_live": not job.is_finished,
             "sqlq_summary_url": self._url("summary", job.pk),
             "sqlq_interval": JOB_PAGE_SECONDS,

@@ -44,7 +44,7 @@ from django_sqlq.admin.actions import (
     run_jobs_now,
 )
 from django_sqlq.admin.chains import ChainViews
-from django_sqlq.admin.dashboard import QueueDashboardViews
+from django_sqlq.admin.dashboard_views import QueueDashboardViews
 from django_sqlq.admin.display import (
     ERROR_LINE_CHARS,
     breakable_name,

@@ -28,13 +28,21 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
 from django.utils import timezone
 
-from django_sqlq import lifecycle, statuses
 from django_sqlq.exceptions import InvalidJobError, PayloadError, SQLQError
 from django_sqlq.jsoncodec import parse_json
+from django_sqlq.management import jobs_options
 from django_sqlq.management.base import SQLQCommand, queue_database
-from django_sqlq.management.commands.sqlq_prune import duration
-from django_sqlq.management.commands.sqlq_worker import positive_int, queue_name
-from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job
+from django_sqlq.management.jobs_options import CHANGES, DEFAULT_LIMIT
+from django_sqlq.management.option_types import (
+    duration,
+    job_id,
+    limit_value,
+    positive_int,
+    priority_value,
+    queue_name,
+    status_list,
+)
+from django_sqlq.models import Job
 
 #: The fields ``list`` shows (and ``list --json`` gives for each job).
 LIST_FIELDS = (
@@ -68,64 +76,6 @@ SHOW_FIELDS = (
     "result",
     "last_error",
 )
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 100_000
-BIGINT_MAX = 2**63 - 1
-
-#: What each change does, the lifecycle function that does it, and which jobs it applies to.
-CHANGES: dict[str, tuple[str, Callable[..., lifecycle.Outcome], str]] = {
-    "retry": ("retried", lifecycle.retry_now, "only failed or cancelled jobs can be retried"),
-    "cancel": (
-        "cancelled",
-        lifecycle.cancel_or_request,
-        "only blocked, scheduled, pending or running jobs can be cancelled",
-    ),
-    "delete": (
-        "deleted",
-        lifecycle.delete,
-        "a running job cannot be deleted while its worker holds it",
-    ),
-}
-
-
-def job_id(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a job id (a whole number)") from None
-    if not 0 < number <= BIGINT_MAX:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a job id (1 or more)")
-    return number
-
-
-def status_list(value: str) -> list[str]:
-    names = [name.strip().lower() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in statuses.ALL]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: statuses are {', '.join(statuses.ALL)} (repeat --status, or "
-            "separate them with commas)"
-        )
-    return names
-
-
-def limit_value(value: str) -> int:
-    number = positive_int(value)
-    if number > MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_LIMIT}, got {number}")
-    return number
-
-
-def priority_value(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if not PRIORITY_MIN <= number <= PRIORITY_MAX:
-        raise argparse.ArgumentTypeError(
-            f"must be between {PRIORITY_MIN} and {PRIORITY_MAX}, got {number}"
-        )
-    return number
 
 
 def job_fields(job: Job, fields: Sequence[str]) -> dict[str, Any]:
@@ -146,116 +96,7 @@ class Command(SQLQCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        actions = parser.add_subparsers(
-            dest="action", metavar="{list,show,retry,cancel,delete,enqueue}", required=True
-        )
-
-        listing = actions.add_parser(
-            "list", help="Jobs, newest first, with filters.", description="Jobs, newest first."
-        )
-        listing.add_argument(
-            "--status",
-            dest="statuses",
-            action="append",
-            type=status_list,
-            metavar="STATUS",
-            help=f"Only jobs in this status ({', '.join(statuses.ALL)}); repeat, or separate "
-            "with commas.",
-        )
-        listing.add_argument(
-            "--queue",
-            dest="queues",
-            action="append",
-            type=queue_name,
-            metavar="NAME",
-            help="Only jobs of this queue; repeat for several.",
-        )
-        listing.add_argument(
-            "--type",
-            dest="types",
-            action="append",
-            metavar="TYPE",
-            help="Only jobs of this type (exact); repeat for several.",
-        )
-        listing.add_argument(
-            "--older-than",
-            type=duration,
-            metavar="AGE",
-            help="Only jobs enqueued at least this long ago: seconds, or 30m, 12h, 7d, 1d12h.",
-        )
-        listing.add_argument(
-            "--newer-than",
-            type=duration,
-            metavar="AGE",
-            help="Only jobs enqueued less than this long ago (the same forms).",
-        )
-        listing.add_argument(
-            "--limit",
-            type=limit_value,
-            default=DEFAULT_LIMIT,
-            metavar="N",
-            help=f"At most N jobs (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).",
-        )
-
-        show = actions.add_parser(
-            "show", help="One job: its fields, payload, result and last error."
-        )
-        show.add_argument("job_ids", nargs=1, type=job_id, metavar="ID", help="The job's id.")
-
-        for name, (done, _function, rule) in CHANGES.items():
-            what = {
-                "retry": "Retry failed or cancelled jobs now: pending again, attempts reset "
-                "(as the admin's Retry now).",
-                "cancel": "Cancel jobs: a waiting job at once, a running one by asking its "
-                "worker to stop it (as the admin's Cancel).",
-                "delete": "Delete jobs that are not running (as the admin's Delete).",
-            }[name]
-            change = actions.add_parser(
-                name, help=what, description=f"{what} {rule.capitalize()}."
-            )
-            change.add_argument(
-                "job_ids", nargs="+", type=job_id, metavar="ID", help=f"Ids of the jobs {done}."
-            )
-
-        add = actions.add_parser(
-            "enqueue",
-            help="Enqueue one job, as enqueue() does (the same checks).",
-            description="Enqueue one job, as django_sqlq.enqueue() does, checked the same way.",
-        )
-        add.add_argument(
-            "job_type", metavar="TYPE", help="A registered job type, or a handler's dotted path."
-        )
-        add.add_argument(
-            "payload",
-            nargs="?",
-            default=None,
-            metavar="PAYLOAD",
-            help="The payload as JSON ('{\"order\": 42}'); '-' reads it from stdin. Default: {}.",
-        )
-        add.add_argument("--queue", default="default", type=queue_name, metavar="NAME")
-        add.add_argument("--priority", default=0, type=priority_value, metavar="N")
-        add.add_argument(
-            "--delay",
-            default=None,
-            type=duration,
-            metavar="AGE",
-            help="Run it this long from now: seconds, or 30m, 12h, 7d.",
-        )
-        add.add_argument("--max-attempts", default=None, type=positive_int, metavar="N")
-
-        for sub in actions.choices.values():
-            sub.add_argument(
-                "--json",
-                action="store_true",
-                dest="json",
-                help="Print JSON for scripts instead of text.",
-            )
-            sub.add_argument(
-                "--database",
-                default=None,
-                metavar="ALIAS",
-                help="Database alias that holds the jobs table (default: SQLQ['DATABASE']).",
-            )
+        jobs_options.add_arguments(parser)
 
     def handle(self, *, action: str, **options: Any) -> None:
         alias = queue_database(options.get("database"))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,11 +24,8 @@ from django_sqlq import statuses as job_statuses
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError
 from django_sqlq.management.base import SQLQCommand, queue_database
-from django_sqlq.management.commands.sqlq_worker import queue_name
+from django_sqlq.management.option_types import duration, queue_name
 from django_sqlq.validation import MAX_DELAY_SECONDS, check_name, number_text
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 #: The tasks framework's names of finished results (``--task-status``), as ours. A job
 #: cancelled from the admin reads as FAILED, so FAILED covers both.
@@ -38,27 +34,6 @@ TASK_STATUSES: dict[str, tuple[str, ...]] = {
     "FAILED": (job_statuses.FAILED, job_statuses.CANCELLED),
 }
 _UNFINISHED_TASK_STATUSES = ("READY", "RUNNING")
-
-
-def duration(value: str) -> float:
-    """``--older-than``: seconds ("3600"), or a number and a unit, in any sequence: "7d",
-    "12h", "30m", "45s", "2w", "1d12h"."""
-    text = value.strip().lower()
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise argparse.ArgumentTypeError(
-                f"{value!r} is not a duration: give seconds (3600) or a number with a unit "
-                "s, m, h, d or w (30m, 12h, 7d, 1d12h)"
-            ) from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not 0 <= seconds <= MAX_DELAY_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"must be between 0 and {number_text(MAX_DELAY_SECONDS)} seconds, got {value!r}"
-        )
-    return seconds
 
 
 def days(value: str) -> int:

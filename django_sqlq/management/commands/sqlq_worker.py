@@ -8,12 +8,10 @@ the command, in ``call_command("sqlq_worker", batch=True, queue_name="*", ...)``
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
@@ -21,10 +19,19 @@ from django.utils import autoreload
 
 from django_sqlq import validation
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import ConfigurationError, InvalidJobError
-from django_sqlq.limits import parse_queue_option
+from django_sqlq.exceptions import ConfigurationError
+from django_sqlq.management import worker_options
 from django_sqlq.management.base import SQLQCommand
-from django_sqlq.validation import MAX_INTERVAL_SECONDS, number_text
+from django_sqlq.management.option_types import (
+    interval_seconds,
+    positive_float,
+    positive_int,
+    queue_list,
+    queue_name_list,
+    tasks_backend,
+    worker_name,
+)
+from django_sqlq.management.worker_options import known_queues, parsed, parsed_one, usage_error
 from django_sqlq.worker import Worker, WorkerError, unreachable
 from django_sqlq.worker import signals as stopsignals
 
@@ -38,152 +45,6 @@ VERBOSITY_LEVELS = {
     2: (logging.INFO, logging.INFO),
     3: (logging.DEBUG, logging.DEBUG),
 }
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
-
-
-# Threads per worker and processes per supervisor: more than this is a typo, not a plan
-# (each thread holds a database connection; the server's max_connections comes first).
-MAX_WORKERS = 1000
-
-
-def worker_count(value: str) -> int:
-    """--concurrency, --processes: 1 to MAX_WORKERS."""
-    number = positive_int(value)
-    if number > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_WORKERS}, got {number}")
-    return number
-
-
-def positive_float(value: str) -> float:
-    """Seconds: > 0 and at most a day (validation.MAX_INTERVAL_SECONDS)."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not (number > 0 and number <= MAX_INTERVAL_SECONDS):
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds > 0 and <= "
-            f"{number_text(MAX_INTERVAL_SECONDS)}, got {value}"
-        )
-    return number
-
-
-def queue_name(value: str) -> str:
-    if not value or len(value) > 100:
-        raise argparse.ArgumentTypeError("a queue name is 1 to 100 characters")
-    try:
-        return validation.check_name("queue name", value, max_length=100)
-    except InvalidJobError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def queue_option(value: str) -> tuple[str, int | None]:
-    """--queue: ``NAME``, or ``NAME:N`` for at most N of this worker's threads on it."""
-    try:
-        name, most = parse_queue_option(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return queue_name(name), most
-
-
-def queue_name_list(value: str) -> list[str]:
-    """db_worker's --queue-name: a comma-separated list, or ``*`` for every queue."""
-    names = [queue_name(name.strip()) for name in value.split(",")]
-    if "*" in names and len(names) > 1:
-        raise argparse.ArgumentTypeError("'*' (every queue) cannot be combined with names")
-    return names
-
-
-def queue_list(value: str) -> list[str]:
-    """db_worker's --exclude-queues: a comma-separated list of queue names."""
-    names = [queue_name(name.strip()) for name in value.split(",")]
-    if "*" in names:
-        raise argparse.ArgumentTypeError("cannot exclude '*'")
-    return names
-
-
-def interval_seconds(value: str) -> float:
-    """db_worker's --interval: seconds, zero or more, at most a day."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not (number >= 0 and number <= MAX_INTERVAL_SECONDS):
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds >= 0 and <= "
-            f"{number_text(MAX_INTERVAL_SECONDS)}, got {value}"
-        )
-    return number
-
-
-def worker_name(value: str) -> str:
-    """--worker-id: what locked_by can hold (validation.check_worker_id)."""
-    try:
-        return validation.check_worker_id(value)
-    except InvalidJobError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def tasks_backend(value: str) -> str:
-    """db_worker's --backend: the alias of a django_sqlq tasks backend in settings.TASKS."""
-    from django_sqlq import compat
-
-    if not compat.AVAILABLE:
-        raise argparse.ArgumentTypeError(compat.INSTALL_HINT)
-    from django_sqlq.backend import SQLQBackend
-    from django_sqlq.compat import InvalidTaskBackend, task_backends
-
-    try:
-        backend = task_backends[value]
-    except InvalidTaskBackend as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if not isinstance(backend, SQLQBackend):
-        raise argparse.ArgumentTypeError(
-            f"TASKS[{value!r}] is {type(backend).__module__}.{type(backend).__qualname__}, "
-            "not django_sqlq.backend.SQLQBackend"
-        )
-    return value
-
-
-def known_queues(sqlq_queues: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The queue names a worker may serve: ``SQLQ["QUEUES"]`` and every django_sqlq tasks
-    backend's ``QUEUES``. None: any name (a tasks backend with an empty ``QUEUES``)."""
-    from django_sqlq import compat
-
-    if not compat.AVAILABLE:
-        return sqlq_queues
-    from django_sqlq.backend import task_queues
-
-    tasks = task_queues()
-    return None if tasks is None else tuple(dict.fromkeys([*sqlq_queues, *tasks]))
-
-
-T = TypeVar("T")
-
-
-def _parsed(option: str, value: Any, parse: Callable[[str], T]) -> T | None:
-    """``value`` through the option's argparse type; None stays None."""
-    return None if value is None else _parsed_one(option, value, parse)
-
-
-def _parsed_one(option: str, value: Any, parse: Callable[[str], T]) -> T:
-    """``value`` through the option's argparse type (a list: joined by commas first)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float, list, tuple)):
-        raise usage_error(f"--{option.replace('_', '-')}: {value!r} is not a valid value.")
-    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-    try:
-        return parse(text)
-    except argparse.ArgumentTypeError as exc:
-        raise usage_error(f"--{option.replace('_', '-')}: {exc}") from None
 
 
 class _OutputHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -200,11 +61,6 @@ def _print_on(logger: logging.Logger, stream: Any) -> None:
         handler = _OutputHandler(stream)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
-
-
-def usage_error(message: str) -> CommandError:
-    """A bad option value: exit status 2, as argparse gives for a malformed option."""
-    return CommandError(message, returncode=2)
 
 
 class Command(SQLQCommand):
@@ -255,117 +111,7 @@ class Command(SQLQCommand):
             raise CommandError(unreachable(alias, exc)) from exc
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--queue",
-            dest="queues",
-            action="append",
-            type=queue_option,
-            metavar="NAME[:N]",
-            help="A queue to serve; repeat for several (default: SQLQ['QUEUES']). "
-            "NAME:N: at most N of this worker's threads on that queue at once.",
-        )
-        parser.add_argument(
-            "--concurrency",
-            type=worker_count,
-            default=1,
-            help="Jobs run at once, each in its own thread (default: 1).",
-        )
-        parser.add_argument(
-            "--processes",
-            type=worker_count,
-            default=1,
-            metavar="N",
-            help="Run N worker processes under one supervisor that restarts any that dies "
-            "(for CPU-bound jobs; default: 1, no supervisor).",
-        )
-        parser.add_argument(
-            "--burst",
-            action="store_true",
-            help="Run until no runnable job is left, then exit 0.",
-        )
-        parser.add_argument(
-            "--max-jobs",
-            type=positive_int,
-            default=None,
-            metavar="N",
-            help="Exit after N jobs.",
-        )
-        parser.add_argument(
-            "--poll-interval",
-            type=positive_float,
-            default=None,
-            metavar="SECONDS",
-            help="Seconds between checks for new jobs when idle (default: SQLQ['POLL_INTERVAL']).",
-        )
-        parser.add_argument(
-            "--database",
-            default=None,
-            metavar="ALIAS",
-            help="Database alias that holds the jobs table (default: SQLQ['DATABASE']).",
-        )
-        parser.add_argument(
-            "--reload",
-            action=argparse.BooleanOptionalAction,
-            default=False,
-            help="Restart the worker when a Python file it imported changes, gracefully (as "
-            "at SIGTERM), with Django's autoreloader. For development, not production.",
-        )
-        parser.add_argument(
-            "--worker-id",
-            default=None,
-            type=worker_name,
-            metavar="ID",
-            help="Name of this worker in leases, logs and the admin (default: host:pid:random).",
-        )
-        db_worker = parser.add_argument_group(
-            "django-tasks-db db_worker options",
-            "Accepted so that a deployment moving from db_worker only renames the command.",
-        )
-        db_worker.add_argument(
-            "--queue-name",
-            dest="queue_names",
-            type=queue_name_list,
-            default=None,
-            metavar="NAMES",
-            help="Queues to serve, separated by commas, or '*' for every queue.",
-        )
-        db_worker.add_argument(
-            "--exclude-queues",
-            type=queue_list,
-            default=None,
-            metavar="NAMES",
-            help="With --queue-name '*': queues not to serve, separated by commas.",
-        )
-        db_worker.add_argument("--batch", action="store_true", help="The same as --burst.")
-        db_worker.add_argument(
-            "--interval",
-            type=interval_seconds,
-            default=None,
-            metavar="SECONDS",
-            help="The same as --poll-interval (0 allowed: poll without pause).",
-        )
-        db_worker.add_argument(
-            "--max-tasks",
-            type=positive_int,
-            default=None,
-            metavar="N",
-            help="The same as --max-jobs.",
-        )
-        db_worker.add_argument(
-            "--backend",
-            dest="backend_name",
-            type=tasks_backend,
-            default=None,
-            metavar="ALIAS",
-            help="Serve the queues of this settings.TASKS backend (a django_sqlq SQLQBackend): "
-            "its QUEUES, or every queue when its QUEUES is empty.",
-        )
-        db_worker.add_argument(
-            "--no-startup-delay",
-            dest="startup_delay",
-            action="store_false",
-            help="Accepted and ignored: sqlq_worker has no startup delay (claims never collide).",
-        )
+        worker_options.add_arguments(parser)
 
     def handle(  # noqa: C901 (one check per option, db_worker's spellings included)
         self,
@@ -395,20 +141,20 @@ class Command(SQLQCommand):
             raise CommandError(str(exc)) from exc
         # call_command(..., name=value) skips argparse's type=: validate those values here
         # (from the command line they are already parsed; parsing them again changes nothing).
-        concurrency = _parsed_one("concurrency", concurrency, positive_int)
-        processes = _parsed_one("processes", processes, positive_int)
-        max_jobs = _parsed("max_jobs", max_jobs, positive_int)
-        max_tasks = _parsed("max_tasks", max_tasks, positive_int)
-        poll_interval = _parsed("poll_interval", poll_interval, positive_float)
-        interval = _parsed("interval", interval, interval_seconds)
-        queue_names = _parsed("queue_name", queue_names, queue_name_list)
-        exclude_queues = _parsed("exclude_queues", exclude_queues, queue_list)
+        concurrency = parsed_one("concurrency", concurrency, positive_int)
+        processes = parsed_one("processes", processes, positive_int)
+        max_jobs = parsed("max_jobs", max_jobs, positive_int)
+        max_tasks = parsed("max_tasks", max_tasks, positive_int)
+        poll_interval = parsed("poll_interval", poll_interval, positive_float)
+        interval = parsed("interval", interval, interval_seconds)
+        queue_names = parsed("queue_name", queue_names, queue_name_list)
+        exclude_queues = parsed("exclude_queues", exclude_queues, queue_list)
         queue_limits: dict[str, int] = {}
         if queues is not None:
-            queues = self._queue_options(queues, queue_limits)
-        backend_name = _parsed("backend", backend_name, tasks_backend)
+            queues = worker_options.queue_options(queues, queue_limits)
+        backend_name = parsed("backend", backend_name, tasks_backend)
         if worker_id:  # "" (as None): the generated host:pid:random
-            worker_id = _parsed_one("worker_id", worker_id, worker_name)
+            worker_id = parsed_one("worker_id", worker_id, worker_name)
             if processes > 1 and len(f"{worker_id}-{processes - 1}") > validation.MAX_WORKER_ID:
                 raise usage_error(
                     f"--worker-id: with --processes {processes} the processes are named "
@@ -439,7 +185,7 @@ class Command(SQLQCommand):
         if exclude_queues and not all_queues:
             raise usage_error("--exclude-queues can only be used with --queue-name '*'.")
         if backend_name is not None:
-            queues, all_queues = self._backend_queues(
+            queues, all_queues = worker_options.backend_queues(
                 backend_name, queues, all_queues, exclude_queues
             )
             if not all_queues:
@@ -510,26 +256,6 @@ class Command(SQLQCommand):
         if worker.forced:
             sys.exit(1)
 
-    def _queue_options(self, queues: Any, limits: dict[str, int]) -> list[str]:
-        """--queue values (``NAME`` or ``NAME:N``; parsed already from the command line,
-        strings from call_command) -> the names; the N of each ``NAME:N`` into ``limits``."""
-        names: list[str] = []
-        for value in [queues] if isinstance(queues, str) else queues:
-            if isinstance(value, tuple):
-                name, most = value
-            else:
-                name, most = _parsed_one("queue", value, queue_option)
-            if name in names and limits.get(name) != most:
-                raise usage_error(
-                    f"--queue: {name!r} is given twice with different limits "
-                    f"({limits.get(name) or 'none'} and {most or 'none'})."
-                )
-            if name not in names:
-                names.append(name)
-            if most is not None:
-                limits[name] = most
-        return names
-
     def _check_reload(self, *, burst: bool, processes: int) -> None:
         """--reload: one long-running worker, started from a command line."""
         for given, option in ((burst, "--burst"), (processes > 1, "--processes")):
@@ -546,34 +272,6 @@ class Command(SQLQCommand):
 
         registry.autodiscover()
         schedules.check_targets(schedules.load())
-
-    def _backend_queues(
-        self,
-        alias: str,
-        queues: list[str] | None,
-        all_queues: bool,
-        exclude_queues: list[str] | None,
-    ) -> tuple[list[str] | None, bool]:
-        """--backend: that backend's queues, narrowed by --queue/--queue-name and
-        --exclude-queues. Returns (queues, all_queues): a backend whose QUEUES is empty
-        allows any queue name, so it serves every queue (or those asked for)."""
-        from django_sqlq.backend import SQLQBackend
-        from django_sqlq.compat import task_backends
-
-        backend = task_backends[alias]
-        assert isinstance(backend, SQLQBackend)  # checked by tasks_backend()
-        served = backend.served_queues()
-        if served is None:
-            return (None, True) if queues is None or all_queues else (queues, False)
-        if queues is None or all_queues:
-            return [name for name in served if name not in (exclude_queues or ())], False
-        outside = [name for name in queues if name not in served]
-        if outside:
-            raise usage_error(
-                f"Queue(s) {', '.join(outside)} are not queues of TASKS[{alias!r}] "
-                f"({', '.join(served)})."
-            )
-        return queues, False
 
     def _serve_tasks(self) -> None:
         """With Django's tasks framework installed, run @task jobs too (the tasks backend

@@ -1,13 +1,13 @@
-"""The jobs table and the workers table."""
+"""The jobs table: ``Job``, its statuses, its queryset, its proxies in the admin, and the
+``Chain`` that names a chain of jobs."""
 
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.db import models
 from django.db.models import Q
@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import statuses
 from django_sqlq.db.base import DatabaseNow
+from django_sqlq.models.managers import QueueDatabaseManager
 
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
@@ -100,31 +101,6 @@ def new_uuid() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
-def _queue_alias() -> str | None:
-    """``SQLQ["DATABASE"]``, or None while the setting is invalid (the checks report it)."""
-    from django_sqlq.conf import get_settings
-    from django_sqlq.exceptions import ConfigurationError
-
-    try:
-        return get_settings().DATABASE
-    except ConfigurationError:
-        return None
-
-
-class QueueDatabaseManager(models.Manager[Any]):
-    """A manager whose querysets use the queue database (``SQLQ["DATABASE"]``) unless told
-    otherwise with ``using()`` or ``db_manager()``: ``Job.objects`` reads the table the
-    workers and the admin use, with or without a database router."""
-
-    def get_queryset(self) -> models.QuerySet[Any]:
-        queryset = super().get_queryset()
-        if self._db is None:
-            alias = _queue_alias()
-            if alias is not None:
-                queryset = queryset.using(alias)
-        return queryset
-
-
 class Job(models.Model):
     """One background job. Only ``django_sqlq.lifecycle`` changes ``status`` (and
     ``django_sqlq.workflows``, which it calls, for jobs that wait for others)."""
@@ -133,8 +109,8 @@ class Job(models.Model):
     # Unique, so indexed: the tasks backend's get_result() and the admin's search find a
     # job by it. Time-ordered (version 7): every row version of a job (its INSERT, its
     # claim's and its completion's UPDATE) enters this index, and recent jobs' entries sit
-    # together at its end, where random (version 4) ones, as before 0013, landed on a
-    # random leaf page each.
+    # together at its end, where random (version 4) ones would land on a random leaf page
+    # each.
     uuid = models.UUIDField(
         default=new_uuid,
         unique=True,
@@ -177,7 +153,7 @@ class Job(models.Model):
             "another with the same key returns this one instead."
         ),
     )
-    # Cancel and progress (issue 15). Nullable, without defaults: added without rewriting
+    # Cancel and progress. Nullable, without defaults: added without rewriting
     # the table on either engine.
     cancel_requested_at = models.DateTimeField(
         null=True,
@@ -201,7 +177,7 @@ class Job(models.Model):
         help_text=_("The trace context of the code that enqueued the job (OpenTelemetry)."),
     )
 
-    # Workflows (issue 16). Nullable, without defaults: added without rewriting the table,
+    # Workflows. Nullable, without defaults: added without rewriting the table,
     # and NULL on every job that is neither in a chain nor waits for others.
     chain_id = models.BigIntegerField(
         null=True,
@@ -396,39 +372,6 @@ class Chain:
         return jobs.filter(Q(pk=self.id) | Q(chain_id=self.id)).order_by("chain_index", "id")
 
 
-class JobBlocker(models.Model):
-    """One thing a blocked job waits for: a job (``chain`` False) or a chain named by its
-    first job's id (``chain`` True). Written with the blocked job, in its transaction, and
-    deleted in the transaction that completes (or fails, or cancels) what it names: a row
-    here always means "not done yet". Plain columns, not foreign keys: the pruner and the
-    operators delete jobs with one raw DELETE each."""
-
-    id = models.BigAutoField(primary_key=True)
-    job_id = models.BigIntegerField(help_text=_("The blocked job."))
-    blocker_id = models.BigIntegerField(help_text=_("The job, or the chain's first job."))
-    chain = models.BooleanField(default=False)
-
-    objects: ClassVar[models.Manager[JobBlocker]] = QueueDatabaseManager()  # type: ignore[assignment]
-
-    class Meta:
-        db_table = "sqlq_job_blocker"
-        verbose_name = _("job blocker")
-        verbose_name_plural = _("job blockers")
-        indexes = [
-            # Resolution: the rows naming the jobs a completion just finished.
-            models.Index(fields=["blocker_id"], name="sqlq_job_blocker_idx"),
-        ]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["job_id", "blocker_id", "chain"], name="sqlq_job_blocker_unique"
-            )
-        ]
-
-    def __str__(self) -> str:
-        kind = "chain" if self.chain else "job"
-        return f"job {self.job_id} waits for {kind} {self.blocker_id}"
-
-
 class FailedJob(Job):
     """Failed jobs, listed on their own in the admin."""
 
@@ -447,264 +390,3 @@ class QueueDashboard(Job):
         verbose_name = _("queue dashboard")
         verbose_name_plural = _("queue dashboard")
         default_permissions = ()
-
-
-class WorkerProcessQuerySet(models.QuerySet["WorkerProcess"]):
-    """The workers' queryset: their rows as Solid Queue's Registrable keeps them: written at
-    start, touched by each heartbeat, marked stopped at the end (see django_sqlq.worker)."""
-
-    def register(self, worker_id: str, *, queues: list[str], concurrency: int) -> None:
-        """Record this process as the worker ``worker_id``, started now."""
-        self.update_or_create(
-            worker_id=worker_id,
-            defaults={
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "queues": queues,
-                "concurrency": concurrency,
-                "stopped_at": None,
-                "stats": {},  # a worker id used again starts its counts again
-            },
-        )
-
-    def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        jobs_done: int,
-        jobs_failed: int,
-        stats: dict[str, Any] | None = None,
-    ) -> int:
-        """Record that the worker is alive, with its counts so far."""
-        extra = {} if stats is None else {"stats": stats}
-        return self.filter(worker_id=worker_id).update(
-            last_seen_at=DatabaseNow(), jobs_done=jobs_done, jobs_failed=jobs_failed, **extra
-        )
-
-    def deregister(
-        self,
-        worker_id: str,
-        *,
-        jobs_done: int,
-        jobs_failed: int,
-        stats: dict[str, Any] | None = None,
-    ) -> int:
-        """Record that the worker stopped, with its final counts."""
-        extra = {} if stats is None else {"stats": stats}
-        return self.filter(worker_id=worker_id).update(
-            stopped_at=DatabaseNow(),
-            last_seen_at=DatabaseNow(),
-            jobs_done=jobs_done,
-            jobs_failed=jobs_failed,
-            **extra,
-        )
-
-
-class WorkerProcess(models.Model):
-    """A running (or recently stopped) ``sqlq_worker`` process, as it last reported itself."""
-
-    worker_id = models.CharField(max_length=255, unique=True)
-    hostname = models.CharField(max_length=255)
-    pid = models.PositiveIntegerField()
-    queues = models.JSONField(default=list)
-    concurrency = models.PositiveIntegerField(default=1)
-    started_at = models.DateTimeField(db_default=Now())
-    last_seen_at = models.DateTimeField(db_default=Now())
-    stopped_at = models.DateTimeField(null=True, blank=True)
-    jobs_done = models.PositiveBigIntegerField(default=0)
-    jobs_failed = models.PositiveBigIntegerField(default=0)
-    # Per queue: attempts completed/failed/retried and the histograms of run time and
-    # pickup latency, cumulative since the worker started (django_sqlq.worker.stats); the
-    # Prometheus view sums them over the workers.
-    stats = models.JSONField(default=dict, blank=True)
-
-    objects: ClassVar[WorkerProcessQuerySet] = QueueDatabaseManager.from_queryset(  # type: ignore[assignment]
-        WorkerProcessQuerySet
-    )()
-
-    class Meta:
-        db_table = "sqlq_worker"
-        ordering = ["-last_seen_at"]
-        verbose_name = _("worker")
-        verbose_name_plural = _("workers")
-
-    def __str__(self) -> str:
-        return self.worker_id
-
-
-class QueueQuerySet(models.QuerySet["Queue"]):
-    def paused(self) -> QueueQuerySet:
-        return self.filter(paused=True)
-
-
-class Queue(models.Model):
-    """The operator's state of one queue (issue 15): paused or not, and the recent starts
-    its rate limit counts. A queue without a row is running; rows are written by
-    ``pause_queue()``/``resume_queue()`` and by workers serving a queue with a global limit.
-    Jobs refer to queues by name only: enqueueing never needs a row."""
-
-    name = models.CharField(max_length=100, primary_key=True)
-    paused = models.BooleanField(default=False)
-    paused_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(db_default=Now())
-    #: Start times (seconds since the epoch, by the database's clock) of the latest claims of
-    #: this queue, at most as many as its rate limit allows per period (a sliding window).
-    recent_starts = models.JSONField(default=list, blank=True)
-
-    objects: ClassVar[QueueQuerySet] = QueueDatabaseManager.from_queryset(QueueQuerySet)()  # type: ignore[assignment]
-
-    class Meta:
-        db_table = "sqlq_queue"
-        ordering = ["name"]
-        verbose_name = _("queue")
-        verbose_name_plural = _("queues")
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class ScheduleTick(models.Model):
-    """A tick of a recurring job that a worker enqueued (see ``django_sqlq.schedules``).
-
-    The unique constraint on (name, tick_at) is what makes each tick enqueued once: every
-    worker that finds the tick due tries to insert this row, in the same transaction as the
-    job, and only one insert can win. ``job_id`` is a plain column, not a foreign key: the
-    job may be pruned long before this row, which must outlive it (it is what tells the
-    workers the tick was done). The worker keeps the newest few rows per schedule."""
-
-    id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=200)
-    tick_at = models.DateTimeField()
-    job_id = models.BigIntegerField(null=True, blank=True)
-    enqueued_at = models.DateTimeField(db_default=Now())
-    # The schedule's cron and time zone when this tick ran: a schedule whose definition
-    # changed since its last tick is new, and its missed ticks are not caught up.
-    spec = models.CharField(max_length=300, blank=True, default="")
-
-    objects = QueueDatabaseManager()
-
-    class Meta:
-        db_table = "sqlq_schedule_tick"
-        verbose_name = _("schedule")
-        verbose_name_plural = _("schedules")
-        constraints = [
-            models.UniqueConstraint(fields=["name", "tick_at"], name="sqlq_schedule_tick_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} @ {self.tick_at.isoformat()}"
-
-
-class DatabaseSchedule(models.Model):
-    """A recurring job stored in the database and edited in the admin, beside
-    ``SQLQ["SCHEDULE"]`` and the decorators' (see ``django_sqlq.schedules``). Running
-    workers read the enabled rows at each pass of their scheduler; each tick is enqueued
-    once through the same tick table (``ScheduleTick``, by ``name``). Names are unique
-    across both kinds: ``clean()`` refuses one a code schedule uses."""
-
-    RUN_ONCE = "run_once"
-    SKIP = "skip"
-    MISSED_CHOICES: ClassVar[list[tuple[str, Any]]] = [
-        (RUN_ONCE, _("run the last missed tick once")),
-        (SKIP, _("skip missed ticks")),
-    ]
-
-    name = models.CharField(
-        max_length=200, unique=True, help_text=_("Unique among all schedules, code ones too.")
-    )
-    enabled = models.BooleanField(
-        default=True, help_text=_("A disabled schedule enqueues nothing; its history stays.")
-    )
-    type = models.CharField(
-        max_length=255, blank=True, default="",
-        help_text=_("A job type: a @handler's name or a dotted path. Or give a task."),
-    )  # fmt: skip
-    task = models.CharField(
-        max_length=255, blank=True, default="",
-        help_text=_("Or a @task's dotted path (Django's tasks framework)."),
-    )  # fmt: skip
-    cron = models.CharField(
-        max_length=100,
-        help_text=_("Five fields (minute hour day month weekday), or six with seconds first."),
-    )
-    timezone = models.CharField(
-        max_length=64, default="UTC", help_text=_("An IANA name, such as Europe/Paris.")
-    )
-    payload = models.JSONField(
-        default=dict, blank=True, help_text=_("What a job type's handler receives (JSON).")
-    )
-    args = models.JSONField(
-        default=list, blank=True, help_text=_("A task's arguments (JSON list).")
-    )
-    kwargs = models.JSONField(
-        default=dict, blank=True, help_text=_("A task's keyword arguments (JSON object).")
-    )
-    queue = models.CharField(
-        max_length=100, blank=True, default="",
-        help_text=_("Empty: 'default' for a job type, the task's own queue for a task."),
-    )  # fmt: skip
-    priority = models.SmallIntegerField(
-        null=True, blank=True, help_text=_("-100 to 100, higher first; empty: the default.")
-    )
-    missed = models.CharField(max_length=20, choices=MISSED_CHOICES, default=RUN_ONCE)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    objects = QueueDatabaseManager()
-
-    class Meta:
-        db_table = "sqlq_schedule"
-        verbose_name = _("database schedule")
-        verbose_name_plural = _("database schedules")
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def clean(self) -> None:
-        """Everything the worker would refuse, named by field (see
-        ``schedules.stored_errors``)."""
-        from django.core.exceptions import ValidationError
-
-        from django_sqlq import schedules
-
-        if self.payload is None:
-            self.payload = {}
-        if self.args is None:
-            self.args = []
-        if self.kwargs is None:
-            self.kwargs = {}
-        errors = schedules.stored_errors(self)
-        if errors:
-            raise ValidationError(errors)
-
-
-class Maintenance(models.Model):
-    """One row per maintenance duty that only one worker at a time may do, across hosts (the
-    pruner: ``duty = "prune"``): who holds it now (a lease, which runs out if its holder dies)
-    and what its last run did, for the admin's dashboard. Written by
-    ``django_sqlq.db`` (the lease) and ``django_sqlq.retention`` (the record)."""
-
-    duty = models.CharField(max_length=50, unique=True)
-    holder = models.CharField(max_length=255, blank=True, default="")
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    last_run_at = models.DateTimeField(null=True, blank=True)
-    last_run_by = models.CharField(max_length=255, blank=True, default="")
-    last_deleted = models.PositiveBigIntegerField(
-        default=0, help_text=_("Rows the last run deleted.")
-    )
-    last_details = models.JSONField(
-        default=dict, blank=True, help_text=_("The last run's rows deleted per status.")
-    )
-    last_seconds = models.FloatField(null=True, blank=True)
-    total_deleted = models.PositiveBigIntegerField(default=0)
-
-    objects: ClassVar[models.Manager[Maintenance]] = QueueDatabaseManager()  # type: ignore[assignment]
-
-    class Meta:
-        db_table = "sqlq_maintenance"
-        verbose_name = _("maintenance duty")
-        verbose_name_plural = _("maintenance duties")
-
-    def __str__(self) -> str:
-        return self.duty
