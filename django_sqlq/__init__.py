@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from django_sqlq.registry import handler
+from django_sqlq.decorators import handler
 
 if TYPE_CHECKING:
     from django_sqlq.api import (
@@ -22,10 +22,9 @@ if TYPE_CHECKING:
         bulk_enqueue,
         cancel,
         enqueue,
-        pause_queue,
-        resume_queue,
     )
     from django_sqlq.exceptions import JobCancelled
+    from django_sqlq.queues import pause_queue, resume_queue
 
 try:
     __version__ = version("django-sqlq")
@@ -59,18 +58,20 @@ _API = (
     "CancelResult",
     "Chain",
     "JobGroup",
-    "pause_queue",
-    "resume_queue",
 )
 
 
 def __getattr__(name: str) -> Any:
-    # enqueue/bulk_enqueue import the models lazily, on first use, so that importing
+    # The modules below import the models: imported on first use, so that importing
     # django_sqlq (for @handler) never raises AppRegistryNotReady.
     if name in _API:
         from django_sqlq import api
 
         return getattr(api, name)
+    if name in ("pause_queue", "resume_queue"):
+        from django_sqlq import queues
+
+        return getattr(queues, name)
     if name == "JobCancelled":
         from django_sqlq.exceptions import JobCancelled
 

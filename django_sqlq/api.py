@@ -13,25 +13,36 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from django_sqlq import lifecycle, registry, tracing, validation, workflows
+from django_sqlq import lifecycle, tracing, validation, workflows
 from django_sqlq._django import unsaved_instance
-from django_sqlq.conf import Settings, get_settings
+from django_sqlq.conf import get_settings
 from django_sqlq.db import is_missing_table, ops_for
 from django_sqlq.db.base import QueueOps
 from django_sqlq.exceptions import (
     ConfigurationError,
     InvalidJobError,
     PayloadError,
-    UnknownQueueError,
 )
-from django_sqlq.jsoncodec import encode_json as encode_json  # re-exported (older imports)
+from django_sqlq.inline import run_inline
+from django_sqlq.jsoncodec import encode_json
 from django_sqlq.logs import job_extra
-from django_sqlq.models import PRIORITY_MAX, PRIORITY_MIN, Job, JobStatus
-from django_sqlq.models import Chain as Chain  # re-exported: django_sqlq.Chain
+from django_sqlq.models import Chain, Job, JobStatus
+from django_sqlq.options import Target, checked_job, job_fields, job_type
 from django_sqlq.schema import migrate_command
-from django_sqlq.workflows import JobGroup as JobGroup  # re-exported: django_sqlq.JobGroup
 
-Target = str | Callable[..., Any]
+__all__ = [
+    "CancelResult",
+    "Chain",
+    "JobGroup",
+    "abulk_enqueue",
+    "acancel",
+    "aenqueue",
+    "bulk_enqueue",
+    "cancel",
+    "enqueue",
+    "submit_job",
+]
+
 #: What ``depends_on`` lists: a Job, a job id, a Chain (``job.chain``), or a group of Jobs.
 Dependency = Job | int | Chain | Sequence[Job]
 
@@ -50,95 +61,16 @@ UNIQUE_TRIES = 3
 UniqueKeys = Sequence[str | None] | Callable[[Any], str | None]
 
 
-def _validate_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidJobError(f"{name} must be an integer, got {value!r}.")
-    if value < low or (high is not None and value > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise InvalidJobError(f"{name} must be {bounds}, got {value}.")
-    return value
+class JobGroup(list[Job]):
+    """The jobs ``bulk_enqueue()`` wrote (a list), which can be waited for as one:
+    ``enqueue(..., depends_on=[group])`` or ``group.then(...)`` runs once every job of the
+    group (and every chain they start) has completed."""
 
-
-def _options(
-    conf: Settings,
-    type_name: str,
-    *,
-    queue: str,
-    priority: int,
-    run_at: datetime | None,
-    delay: float | timedelta | None,
-    max_attempts: int | None,
-    timeout: float | None,
-) -> dict[str, Any]:
-    if not isinstance(queue, str) or queue not in conf.QUEUES:
-        raise UnknownQueueError(
-            f"Unknown queue {queue!r}. Known queues: {', '.join(conf.QUEUES)} "
-            "(add it to SQLQ['QUEUES'])."
-        )
-    _validate_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX)
-    if max_attempts is None:
-        max_attempts = conf.MAX_ATTEMPTS
-    _validate_int("max_attempts", max_attempts, 1, 2**31 - 1)
-    # Only a timeout given here is stored: the handler's own (@handler(timeout=...)) is read
-    # by the worker when the job runs, so it holds even where the handler was never imported.
-    timeout = validation.check_timeout(timeout)
-    fields: dict[str, Any] = {
-        "type": type_name,
-        "queue": queue,
-        "priority": priority,
-        "max_attempts": max_attempts,
-        "timeout": timeout,
-    }
-    scheduled = validation.schedule(run_at, delay)
-    if isinstance(scheduled, datetime):
-        fields["scheduled_at"] = scheduled
-    elif scheduled is not None:
-        # Added to the database's clock when the row is written, so that web hosts with
-        # skewed clocks agree with the workers.
-        fields["_delay_seconds"] = scheduled
-    return fields
-
-
-def _type_of(conf: Settings, target: Target) -> str:
-    """The job type to store for ``target``; with ``SQLQ["CHECK_TYPES"]``, one a handler or
-    a @task answers to (UnknownJobTypeError naming the close names otherwise)."""
-    type_name = registry.type_name_for(target)
-    if conf.CHECK_TYPES:
-        registry.check_known(type_name)
-    return type_name
-
-
-def checked_job(
-    conf: Settings,
-    target: Target,
-    payload: Any,
-    *,
-    queue: str,
-    priority: int,
-    run_at: datetime | None,
-    delay: float | timedelta | None,
-    max_attempts: int | None,
-    timeout: float | None,
-) -> tuple[dict[str, Any], Any, str, float | None]:
-    """One job's type, payload and options checked, as enqueue() checks them (bad input
-    raises): its fields, its payload (``{}`` for None), the payload's JSON text, and the
-    delay to add to the database's clock (None: ``fields`` hold ``scheduled_at``, or run
-    now). enqueue() and a chain's next step (``django_sqlq.workflows``) both use it."""
-    type_name = _type_of(conf, target)
-    if payload is None:
-        payload = {}
-    encoded = encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES)
-    fields = _options(
-        conf,
-        type_name,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        timeout=timeout,
-    )
-    return fields, payload, encoded, fields.pop("_delay_seconds", None)
+    def then(self, target: Target, payload: Any = None, **options: Any) -> Job:
+        """Enqueue one job that waits for every job of this group (fan-in):
+        ``enqueue(target, payload, depends_on=[self], **options)``."""
+        depends_on = [self, *(options.pop("depends_on", None) or ())]
+        return enqueue(target, payload, depends_on=depends_on, **options)
 
 
 def _caller_alias(queue_alias: str, using: str | None) -> str | None:
@@ -390,8 +322,6 @@ def _run_inline(queue_alias: str, jobs: list[Job], using: str | None) -> None:
 
 def _run_created(jobs: list[Job]) -> None:
     """Run the jobs this call wrote; not those a ``unique_key`` returned instead."""
-    from django_sqlq.testing import run_inline
-
     created = [job for job in jobs if job.created]
     run_inline(created)
     # A key given twice in one bulk_enqueue(): the later place holds the job, as it is now.
@@ -521,7 +451,7 @@ def bulk_enqueue(
     that returns the key (or ``None``) of a payload. Each job with a key is one INSERT of
     its own, as in enqueue(); a key a live job holds, or one given twice in the call, gives
     that job back in the key's places (``job.created`` False) instead of writing another.
-    Returns the jobs as a :class:`~django_sqlq.workflows.JobGroup` (a list), which other
+    Returns the jobs as a :class:`JobGroup` (a list), which other
     jobs can wait for: ``enqueue(..., depends_on=[group])``, or ``group.then(...)``.
     ``depends_on``, ``on_dependency_failure``: as enqueue() takes them, for every job.
     """
@@ -535,7 +465,7 @@ def bulk_enqueue(
             f"{type(payloads).__name__} {_short_repr(payloads)}. For one job, use enqueue()."
         )
     conf = get_settings()
-    type_name = _type_of(conf, target)
+    type_name = job_type(conf, target)
     dependencies = _dependencies(depends_on, on_dependency_failure)
     items: Sequence[Any] = [{} if p is None else p for p in payloads]
     encoded: list[str] = []
@@ -544,7 +474,7 @@ def bulk_enqueue(
             encoded.append(encode_json(payload, limit=conf.MAX_PAYLOAD_BYTES))
         except PayloadError as exc:
             raise PayloadError(f"payloads[{index}]: {exc}") from exc
-    fields = _options(
+    fields = job_fields(
         conf,
         type_name,
         queue=queue,
@@ -745,9 +675,3 @@ def cancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
 async def acancel(job_or_id: Job | int, *, using: str | None = None) -> CancelResult:
     """``cancel()`` for async code, through ``sync_to_async(thread_sensitive=True)``."""
     return await sync_to_async(cancel, thread_sensitive=True)(job_or_id, using=using)
-
-
-# Pausing and resuming a queue (issue 15) live in django_sqlq.queues, with the rest of the
-# operator's queue controls; exported here and from django_sqlq with enqueue().
-from django_sqlq.queues import pause_queue as pause_queue  # noqa: E402
-from django_sqlq.queues import resume_queue as resume_queue  # noqa: E402

@@ -108,20 +108,6 @@ class Settings:
         return func
 
 
-def configured_queues() -> tuple[str, ...]:
-    """The queues the settings name: ``SQLQ["QUEUES"]``, then those of django_sqlq's tasks
-    backends (``TASKS[alias]["QUEUES"]``), for lists and filters in the admin."""
-    names = dict.fromkeys(get_settings().QUEUES)
-    from django_sqlq import compat
-
-    if compat.AVAILABLE:
-        from django_sqlq.backend import sqlq_backends
-
-        for backend in sqlq_backends().values():
-            names.update(dict.fromkeys(backend.queue_names))
-    return tuple(names)
-
-
 def _number(
     key: str, value: Any, *, minimum: float, maximum: float | None = None, integer: bool = False
 ) -> Any:
