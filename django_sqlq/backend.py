@@ -247,8 +247,8 @@ class SQLQBackend(BaseTaskBackend):
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         # Validated again: settings (and so the queues) may have changed since @task ran.
         self.validate_task(task)
-        from django_sqlq.api import submit_job
         from django_sqlq.models import Job
+        from django_sqlq.submit import submit_job
 
         # As TaskResult will normalise them: tuples become lists, bytes str...
         arguments = cast(dict[str, Any], normalize_json({"args": args, "kwargs": kwargs}))

@@ -38,12 +38,13 @@ def handler(
     dotted path. ``timeout`` (seconds) is the default per-job time limit for this type.
     ``takes_context=True`` passes a :class:`~django_sqlq.jobcontext.JobContext` (job id,
     attempt...) after the payload. ``cron``: also run it on a schedule (a recurring job
-    named after the job type): a cron expression, or a dict with ``cron`` and the other keys of a ``SQLQ["SCHEDULE"]``
-    entry (``name``, ``payload``, ``queue``, ``priority``, ``timezone``, ``missed``). A bad
-    expression raises ConfigurationError here. ``atomic=True``: run the handler inside a
-    transaction on the queue database that also records the job's completion, so its writes
-    to that database and its completion commit together or not at all (synchronous
-    handlers only; see docs/howto/atomic-handlers.md). The function is returned unchanged.
+    named after the job type): a cron expression, or a dict with ``cron`` and the other keys
+    of a ``SQLQ["SCHEDULE"]`` entry (``name``, ``payload``, ``queue``, ``priority``,
+    ``timezone``, ``missed``). A bad expression raises ConfigurationError here.
+    ``atomic=True``: run the handler inside a transaction on the queue database that also
+    records the job's completion, so its writes to that database and its completion commit
+    together or not at all (synchronous handlers only; see docs/howto/atomic-handlers.md).
+    The function is returned unchanged.
     """
     if callable(name):
         registry.register(name)
