@@ -5,8 +5,8 @@
 - E003: the queue database's engine is not supported.
 - E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
 - W001: the SQLite queue database is not in WAL mode.
-- W002: the SQLite queue database has no ``auto_vacuum = INCREMENTAL`` (created before
-  this release): pruned jobs' pages are reused, but the file never shrinks.
+- W002: the SQLite queue database has no ``auto_vacuum = INCREMENTAL`` (a file created
+  before django_sqlq set it): pruned jobs' pages are reused, but the file never shrinks.
 - E010: ``SQLQ["DATABASE"]`` is not ``"default"`` and no database router sends django_sqlq's
   models there.
 - E011: ``SQLQ["DATABASE"]`` is not ``"default"`` and the routers do not migrate django_sqlq

@@ -165,8 +165,8 @@ def _check_pragmas(pragmas: Any) -> None:
         raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
     for name, value in pragmas.items():
         # Checked here, not only when a connection opens: a value that cannot go into a
-        # PRAGMA statement made every connection to the queue database fail, while the
-        # system checks said nothing.
+        # PRAGMA statement would make every connection to the queue database fail, while
+        # the system checks said nothing.
         if not isinstance(name, str) or not name.replace("_", "").isalnum():
             raise ConfigurationError(
                 f"SQLQ['SQLITE_PRAGMAS'] has {name!r}, which is not a pragma name."

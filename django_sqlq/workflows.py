@@ -1,4 +1,4 @@
-"""Workflows: chains of jobs, and jobs that wait for other jobs (issue 16).
+"""Workflows: chains of jobs, and jobs that wait for other jobs.
 
 **Chains.** A handler continues its job with the next step (``context.continue_with()``):
 the next job is written in the transaction that records this one completed, so a step
