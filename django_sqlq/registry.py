@@ -20,7 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_sqlq import validation
+from django.apps import apps
+from django.utils.module_loading import autodiscover_modules, import_string, module_has_submodule
+
+from django_sqlq import compat, validation
 from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError, UnknownJobTypeError
 
 MAX_TYPE_LENGTH = 255
@@ -225,8 +228,6 @@ def suggestions(name: str) -> list[str]:
 
 def _task_names(module: Any) -> list[str]:
     """The names of the ``@task`` objects in ``module`` (none without a tasks framework)."""
-    from django_sqlq import compat
-
     if not compat.AVAILABLE:
         return []
     return [attr for attr, value in vars(module).items() if isinstance(value, compat.Task)]
@@ -235,12 +236,8 @@ def _task_names(module: Any) -> list[str]:
 def _is_task(name: str) -> bool:
     """Whether ``name`` is the dotted path of a ``@task`` (as the tasks backend stores its
     jobs' type): imported, never called."""
-    from django_sqlq import compat
-
     if not compat.AVAILABLE or not _module_of(name):
         return False
-    from django.utils.module_loading import import_string
-
     try:
         found = import_string(name)
     except ImportError:
@@ -303,10 +300,6 @@ def autodiscover() -> None:
     docs put @task functions), so that the ``@recurring`` schedules above them are declared.
     The framework itself imports a task's module only to run it: without this, a
     ``@recurring`` in ``tasks.py`` would never reach the scheduler."""
-    from django.utils.module_loading import autodiscover_modules
-
-    from django_sqlq import compat
-
     global _discovered
     autodiscover_modules("jobs")
     if compat.AVAILABLE:
@@ -319,11 +312,6 @@ def _discover_for_check() -> None:
     (a ``jobs.py`` that imports a package only the workers have) is a warning, once, and the
     other apps' modules are still imported; it never escapes from enqueue(). The worker's
     start still imports them all and fails on such a module."""
-    from django.apps import apps
-    from django.utils.module_loading import module_has_submodule
-
-    from django_sqlq import compat
-
     global _discovered
     with contextlib.suppress(Exception):  # anything a module raises: each app alone below
         autodiscover()
