@@ -1,7 +1,7 @@
 """Running jobs in the caller's thread, on its connection and inside its transaction, with
 the real handlers and the real lifecycle writes: :func:`run_jobs` and :func:`run_job` (the
-test helpers :mod:`django_sqlq.testing` offers), and ``SQLQ["TESTING"] = "inline"``
-(:func:`inline`), in which ``enqueue()`` runs each job at once (:func:`run_inline`).
+test helpers :mod:`django_sqlq.testing` offers), and :func:`run_inline`, which
+``enqueue()`` calls under ``SQLQ["TESTING"] = "inline"`` to run each job at once.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from asgiref.sync import async_to_sync
-from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import F
-from django.test.utils import override_settings
 from django.utils import timezone
 
 from django_sqlq import lifecycle, registry, workflows
@@ -249,13 +247,6 @@ def _savepoints() -> Iterator[None]:
             if alias in connections.settings and connections[alias].in_atomic_block:
                 stack.enter_context(transaction.atomic(using=alias))
         yield
-
-
-def inline() -> override_settings:
-    """``SQLQ["TESTING"] = "inline"``, as a decorator (of a test function or class) or a
-    context manager: ``enqueue()`` and ``bulk_enqueue()`` run each job at once."""
-    current = dict(getattr(settings, "SQLQ", {}) or {})
-    return override_settings(SQLQ={**current, "TESTING": "inline"})
 
 
 def run_inline(jobs: Iterable[Job]) -> None:

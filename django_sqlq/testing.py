@@ -8,7 +8,8 @@
 - :func:`inline`: ``SQLQ["TESTING"] = "inline"`` for a block or a test, so that ``enqueue()``
   runs each job at once.
 
-The last three live in :mod:`django_sqlq.inline`, which ``enqueue()`` uses in inline mode.
+:func:`run_jobs` and :func:`run_job` live in :mod:`django_sqlq.inline`, which ``enqueue()``
+uses in inline mode.
 
 The pytest plugin (``django_sqlq.pytest_plugin``, registered through the ``pytest11`` entry
 point) offers them as the ``sqlq`` fixture.
@@ -22,10 +23,13 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeAlias, cast
 
+from django.conf import settings
+from django.test.utils import override_settings
+
 from django_sqlq import compat, registry
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import UnknownHandlerError
-from django_sqlq.inline import RunResult, inline, run_job, run_jobs
+from django_sqlq.inline import RunResult, run_job, run_jobs
 from django_sqlq.models import Job, JobStatus
 
 __all__ = [
@@ -177,3 +181,10 @@ def refute_enqueued(
             f"Expected no job with {_describe(target, payload, queue)}; found "
             f"{len(found)}.\n{_listing(using)}"
         )
+
+
+def inline() -> override_settings:
+    """``SQLQ["TESTING"] = "inline"``, as a decorator (of a test function or class) or a
+    context manager: ``enqueue()`` and ``bulk_enqueue()`` run each job at once."""
+    current = dict(getattr(settings, "SQLQ", {}) or {})
+    return override_settings(SQLQ={**current, "TESTING": "inline"})
