@@ -6,15 +6,15 @@ import from settings-time code such as ``jobs.py`` modules and ``@handler`` deco
 
 from __future__ import annotations
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from django_sqlq.registry import handler
+from django_sqlq.decorators import handler
 
 if TYPE_CHECKING:
     from django_sqlq.api import (
         CancelResult,
-        Chain,
         JobGroup,
         abulk_enqueue,
         acancel,
@@ -22,10 +22,10 @@ if TYPE_CHECKING:
         bulk_enqueue,
         cancel,
         enqueue,
-        pause_queue,
-        resume_queue,
     )
     from django_sqlq.exceptions import JobCancelled
+    from django_sqlq.models import Chain
+    from django_sqlq.queues import pause_queue, resume_queue
 
 try:
     __version__ = version("django-sqlq")
@@ -49,30 +49,27 @@ __all__ = [
     "resume_queue",
 ]
 
-_API = (
-    "enqueue",
-    "bulk_enqueue",
-    "aenqueue",
-    "abulk_enqueue",
-    "cancel",
-    "acancel",
-    "CancelResult",
-    "Chain",
-    "JobGroup",
-    "pause_queue",
-    "resume_queue",
-)
+# Where each public name lives. Those modules import the models: they are imported on first
+# use of the name, so that importing django_sqlq (for @handler) never raises
+# AppRegistryNotReady.
+_HOMES = {
+    "enqueue": "django_sqlq.api",
+    "bulk_enqueue": "django_sqlq.api",
+    "aenqueue": "django_sqlq.api",
+    "abulk_enqueue": "django_sqlq.api",
+    "cancel": "django_sqlq.api",
+    "acancel": "django_sqlq.api",
+    "CancelResult": "django_sqlq.api",
+    "JobGroup": "django_sqlq.api",
+    "Chain": "django_sqlq.models",
+    "pause_queue": "django_sqlq.queues",
+    "resume_queue": "django_sqlq.queues",
+    "JobCancelled": "django_sqlq.exceptions",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # enqueue/bulk_enqueue import the models lazily, on first use, so that importing
-    # django_sqlq (for @handler) never raises AppRegistryNotReady.
-    if name in _API:
-        from django_sqlq import api
-
-        return getattr(api, name)
-    if name == "JobCancelled":
-        from django_sqlq.exceptions import JobCancelled
-
-        return JobCancelled
-    raise AttributeError(f"module 'django_sqlq' has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'django_sqlq' has no attribute {name!r}")
+    return getattr(import_module(home), name)

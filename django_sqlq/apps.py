@@ -11,6 +11,7 @@ class SQLQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported here, once the app registry is ready: checks imports the models.
         from django.core.signals import setting_changed
         from django.db.backends.signals import connection_created
 

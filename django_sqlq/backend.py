@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from django.apps import apps
+from django.conf import settings
 from django.core import checks
 from django.utils.module_loading import import_string
 
@@ -64,12 +65,14 @@ from django_sqlq.compat import (
 )
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import InvalidJobError, PayloadError, UniqueKeyHeldError
+from django_sqlq.jsoncodec import encode_json
 
+# Nothing here imports the models at import time (nor api, inline and jobcontext, which
+# do): the framework instantiates backends when the first @task is defined, which may be
+# while apps are still loading. The functions that need them import them.
 if TYPE_CHECKING:
+    from django_sqlq.jobcontext import JobContext
     from django_sqlq.models import Job
-
-# Nothing here imports the models at import time: the framework instantiates backends when
-# the first @task is defined, which may be while apps are still loading.
 
 __all__ = ["SQLQBackend"]
 
@@ -244,9 +247,8 @@ class SQLQBackend(BaseTaskBackend):
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         # Validated again: settings (and so the queues) may have changed since @task ran.
         self.validate_task(task)
-        from django_sqlq.api import submit_job
-        from django_sqlq.jsoncodec import encode_json
         from django_sqlq.models import Job
+        from django_sqlq.submit import submit_job
 
         # As TaskResult will normalise them: tuples become lists, bytes str...
         arguments = cast(dict[str, Any], normalize_json({"args": args, "kwargs": kwargs}))
@@ -311,7 +313,7 @@ class SQLQBackend(BaseTaskBackend):
             task_enqueued.send(type(self), task_result=result)
             if get_settings().TESTING == "inline":
                 # As enqueue() does in inline mode: run it now; the result shows the outcome.
-                from django_sqlq.testing import run_inline
+                from django_sqlq.inline import run_inline
 
                 run_inline([job])
                 result.refresh()
@@ -346,8 +348,6 @@ class SQLQBackend(BaseTaskBackend):
 
 def sqlq_backends() -> dict[str, SQLQBackend]:
     """Every ``settings.TASKS`` alias whose backend is an SQLQBackend, by alias."""
-    from django.conf import settings
-
     found: dict[str, SQLQBackend] = {}
     for alias in getattr(settings, "TASKS", None) or {}:
         try:
@@ -525,13 +525,13 @@ def _sender(alias: str) -> type[SQLQBackend]:
     return type(backend) if isinstance(backend, SQLQBackend) else SQLQBackend
 
 
-def _task_started(context: registry.JobContext) -> None:
+def _task_started(context: JobContext) -> None:
     result = _load(context.job_id, context.database)
     _running.current = ((context.job_id, context.attempt), result)
     task_started.send(_sender(result.backend), task_result=result)
 
 
-def _task_finished(context: registry.JobContext, status: str, value: Any) -> None:
+def _task_finished(context: JobContext, status: str, value: Any) -> None:
     if status not in statuses.FINISHED:
         return  # a retry: the task is READY again, not finished
     result = _load(context.job_id, context.database)
@@ -547,7 +547,7 @@ def _task_finished(context: registry.JobContext, status: str, value: Any) -> Non
     task_finished.send(_sender(result.backend), task_result=result)
 
 
-def run_task(payload: Any, context: registry.JobContext) -> Any:  # noqa: ARG001 (a handler)
+def run_task(payload: Any, context: JobContext) -> Any:  # noqa: ARG001 (a handler)
     """Call the task as the framework would, and return what JSON can store."""
     current = getattr(_running, "current", None)
     _running.current = None
@@ -573,8 +573,6 @@ def _storable(value: Any) -> Any:
         raise TypeError(
             f"The task's return value cannot be stored as JSON: {_not_json(value, exc)}"
         ) from exc
-    from django_sqlq.jsoncodec import encode_json
-
     try:
         encode_json(normalized, what="task's return value")
     except PayloadError as exc:

@@ -5,8 +5,8 @@
 - E003: the queue database's engine is not supported.
 - E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
 - W001: the SQLite queue database is not in WAL mode.
-- W002: the SQLite queue database has no ``auto_vacuum = INCREMENTAL`` (created before
-  this release): pruned jobs' pages are reused, but the file never shrinks.
+- W002: the SQLite queue database has no ``auto_vacuum = INCREMENTAL`` (a file created
+  before django_sqlq set it): pruned jobs' pages are reused, but the file never shrinks.
 - E010: ``SQLQ["DATABASE"]`` is not ``"default"`` and no database router sends django_sqlq's
   models there.
 - E011: ``SQLQ["DATABASE"]`` is not ``"default"`` and the routers do not migrate django_sqlq
@@ -28,7 +28,13 @@ from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
+from django_sqlq import registry, schedules
+from django_sqlq.conf import get_settings
+from django_sqlq.db import supported, vendor
+from django_sqlq.db.postgresql import server_identity
+from django_sqlq.db.sqlite import AUTO_VACUUM_MODES, pragma
 from django_sqlq.exceptions import ConfigurationError
+from django_sqlq.models import Job
 
 #: Where E001 sends the reader: a page of the documentation, not a folder of the source
 #: tree (an installed wheel has no docs/), and the defaults in code they do have.
@@ -43,9 +49,6 @@ def check_settings(
     app_configs: Sequence[AppConfig] | None = None,  # noqa: ARG001 (Django's check signature)
     **kwargs: Any,
 ) -> list[CheckMessage]:
-    from django_sqlq.conf import get_settings
-    from django_sqlq.db import supported, vendor
-
     try:
         conf = get_settings()
     except ConfigurationError as exc:
@@ -88,8 +91,6 @@ def check_settings(
 
 
 def _check_schedules() -> list[CheckMessage]:
-    from django_sqlq import registry, schedules
-
     # The apps' jobs.py, as the worker imports them: their @handler(cron=...) schedules
     # count for duplicate names.
     registry.autodiscover()
@@ -107,8 +108,6 @@ def _check_schedules() -> list[CheckMessage]:
 
 
 def _check_listen_alias(queue_alias: str, listen_alias: str | None) -> list[CheckMessage]:
-    from django_sqlq.db import vendor
-
     if listen_alias is None:
         return []
     if listen_alias not in connections.settings:
@@ -146,8 +145,6 @@ def _check_routing(alias: str) -> list[CheckMessage]:
     app's tables there (and django_sqlq's in the default database too)."""
     if alias == DEFAULT_DB_ALIAS:
         return []
-    from django_sqlq.models import Job
-
     read, write = router.db_for_read(Job), router.db_for_write(Job)
     if read != alias or write != alias:
         return [
@@ -181,9 +178,6 @@ def check_database(
     **kwargs: Any,
 ) -> list[CheckMessage]:
     """Checks that query the queue database: only with ``check --database <alias>``."""
-    from django_sqlq.conf import get_settings
-    from django_sqlq.db import vendor
-
     try:
         conf = get_settings()
     except ConfigurationError:
@@ -208,8 +202,6 @@ def check_database(
 def _check_same_database(queue_alias: str, listen_alias: str) -> list[CheckMessage]:
     """The LISTEN alias must reach the queue's database: the same database name on the
     same server (told apart by its start time), whatever pooler or address is between."""
-    from django_sqlq.db.postgresql import server_identity
-
     identities = {
         alias: server_identity(connections[alias]) for alias in (queue_alias, listen_alias)
     }
@@ -228,8 +220,6 @@ def _check_same_database(queue_alias: str, listen_alias: str) -> list[CheckMessa
 
 
 def _check_wal(alias: str) -> list[CheckMessage]:
-    from django_sqlq.db.sqlite import pragma
-
     connection = connections[alias]
     name = str(connection.settings_dict["NAME"])
     if name in ("", ":memory:") or "mode=memory" in name:
@@ -252,8 +242,6 @@ def _check_auto_vacuum(alias: str, pragmas: Mapping[str, str | int]) -> list[Che
     """A database created before django_sqlq set ``auto_vacuum`` (or before it did so under
     an ``init_command`` that sets WAL) keeps ``auto_vacuum = NONE``: only a VACUUM of the
     whole file changes that, which django_sqlq never runs on a database with data."""
-    from django_sqlq.db.sqlite import AUTO_VACUUM_MODES, pragma
-
     connection = connections[alias]
     name = str(connection.settings_dict["NAME"])
     wanted = AUTO_VACUUM_MODES.get(str(pragmas.get("auto_vacuum", "")).lower())

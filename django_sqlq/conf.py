@@ -108,20 +108,6 @@ class Settings:
         return func
 
 
-def configured_queues() -> tuple[str, ...]:
-    """The queues the settings name: ``SQLQ["QUEUES"]``, then those of django_sqlq's tasks
-    backends (``TASKS[alias]["QUEUES"]``), for lists and filters in the admin."""
-    names = dict.fromkeys(get_settings().QUEUES)
-    from django_sqlq import compat
-
-    if compat.AVAILABLE:
-        from django_sqlq.backend import sqlq_backends
-
-        for backend in sqlq_backends().values():
-            names.update(dict.fromkeys(backend.queue_names))
-    return tuple(names)
-
-
 def _number(
     key: str, value: Any, *, minimum: float, maximum: float | None = None, integer: bool = False
 ) -> Any:
@@ -179,8 +165,8 @@ def _check_pragmas(pragmas: Any) -> None:
         raise ConfigurationError("SQLQ['SQLITE_PRAGMAS'] must be a dict of pragma -> value.")
     for name, value in pragmas.items():
         # Checked here, not only when a connection opens: a value that cannot go into a
-        # PRAGMA statement made every connection to the queue database fail, while the
-        # system checks said nothing.
+        # PRAGMA statement would make every connection to the queue database fail, while
+        # the system checks said nothing.
         if not isinstance(name, str) or not name.replace("_", "").isalnum():
             raise ConfigurationError(
                 f"SQLQ['SQLITE_PRAGMAS'] has {name!r}, which is not a pragma name."

@@ -185,13 +185,6 @@ def claim(
     )
 
 
-def complete(
-    alias: str, finished: Sequence[Finished], *, worker_id: str, now: datetime | None = None
-) -> list[int]:
-    """processing -> completed. Returns the ids written (the others were lost: fenced)."""
-    return list(ops_for(alias).complete_statuses(finished, worker_id=worker_id, now=now))
-
-
 def complete_statuses(
     alias: str,
     finished: Sequence[Finished],

@@ -41,8 +41,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from django_sqlq import dashboard
-from django_sqlq.conf import configured_queues, get_settings
+from django_sqlq.conf import get_settings
 from django_sqlq.models import Job, WorkerProcess
+from django_sqlq.queues import configured_queues
 from django_sqlq.worker import stats as worker_stats
 
 try:

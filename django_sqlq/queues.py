@@ -1,4 +1,4 @@
-"""Operator control of queues (issue 15): pause, resume, and what each queue is doing.
+"""Queues as an operator sees them: which exist, pause and resume, and what each is doing.
 
 A paused queue still takes new jobs (``enqueue()`` works as ever); no worker claims from it
 until it is resumed. Jobs already running finish. The state is a row of ``sqlq_queue``, so
@@ -14,17 +14,37 @@ from datetime import datetime
 from django.db import connections, transaction
 from django.utils import timezone
 
-from django_sqlq import validation
-from django_sqlq.conf import configured_queues, get_settings
+from django_sqlq import compat, dashboard, validation
+from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.limits import QueueLimit
+from django_sqlq.models import Queue, WorkerProcess
 
-__all__ = ["QueueState", "known_queues", "pause_queue", "queue_states", "resume_queue"]
+__all__ = [
+    "QueueState",
+    "configured_queues",
+    "known_queues",
+    "pause_queue",
+    "queue_states",
+    "resume_queue",
+]
+
+
+def configured_queues() -> tuple[str, ...]:
+    """The queues the settings name: ``SQLQ["QUEUES"]``, then those of django_sqlq's tasks
+    backends (``TASKS[alias]["QUEUES"]``), for lists and filters in the admin."""
+    names = dict.fromkeys(get_settings().QUEUES)
+    if compat.AVAILABLE:
+        # The tasks backend needs Django's tasks framework, an optional dependency: without
+        # it, django_sqlq.backend cannot be imported (and no backend names a queue).
+        from django_sqlq.backend import sqlq_backends
+
+        for backend in sqlq_backends().values():
+            names.update(dict.fromkeys(backend.queue_names))
+    return tuple(names)
 
 
 def _set_paused(name: str, paused: bool, database: str | None) -> bool:
-    from django_sqlq.models import Queue
-
     validation.check_name("queue name", name, max_length=100)
     alias = database or get_settings().DATABASE
     with transaction.atomic(using=alias):
@@ -80,9 +100,6 @@ def queue_states(*, database: str | None = None) -> list[QueueState]:
     """Every known queue: the configured ones, those with a limit, a row in ``sqlq_queue``
     (paused or limited once) or waiting/running jobs; with counts the dashboard's bounded
     queries give (never a read of finished rows)."""
-    from django_sqlq import dashboard
-    from django_sqlq.models import Queue
-
     conf = get_settings()
     alias = database or conf.DATABASE
     rows = {row.name: row for row in Queue.objects.using(alias)}
@@ -119,8 +136,6 @@ def known_queues(*, database: str | None = None) -> list[str]:
     """Every queue name something knows: the settings (``SQLQ["QUEUES"]``, the tasks
     backends' ``QUEUES``, ``QUEUE_LIMITS``), a row of ``sqlq_queue``, waiting or running
     jobs, or a registered worker's ``--queue``. ``sqlq_queue`` refuses other names."""
-    from django_sqlq.models import WorkerProcess
-
     alias = database or get_settings().DATABASE
     names = dict.fromkeys(state.name for state in queue_states(database=alias))
     for served in WorkerProcess.objects.using(alias).values_list("queues", flat=True):

@@ -1,4 +1,5 @@
-"""Handlers: the ``@handler`` decorator, names -> callables, and discovery of apps' ``jobs.py``.
+"""Handlers: job type names -> callables, and discovery of apps' ``jobs.py``
+(``@handler``, in :mod:`django_sqlq.decorators`, registers them here).
 
 Only registered handlers ever run. A job type that is a dotted path makes the worker import
 that path's module (which registers its ``@handler`` functions), never call an arbitrary
@@ -15,96 +16,17 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any
 
-from django_sqlq import validation
-from django_sqlq.control import JobControl, check_progress
+from django.apps import apps
+from django.utils.module_loading import autodiscover_modules, import_string, module_has_submodule
+
+from django_sqlq import compat, validation
 from django_sqlq.exceptions import InvalidJobError, UnknownHandlerError, UnknownJobTypeError
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 MAX_TYPE_LENGTH = 255
-
-
-@dataclass(frozen=True)
-class JobContext:
-    """What a handler registered with ``takes_context=True`` receives after the payload."""
-
-    job_id: int
-    type: str
-    queue: str
-    attempt: int
-    max_attempts: int
-    worker_id: str
-    database: str = "default"  # the alias of the queue database this worker serves
-    # The attempt's cancel flag and progress (None outside a worker: a context made by hand
-    # or by a test runs its handler with no one to cancel it or read its progress).
-    control: JobControl | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def cancel_requested(self) -> bool:
-        """Whether the job was cancelled while it runs (``django_sqlq.cancel()``, the
-        admin's Cancel). The worker learns of it within about a second."""
-        return self.control is not None and self.control.cancelled
-
-    def check_cancelled(self) -> None:
-        """A checkpoint: raise :class:`~django_sqlq.exceptions.JobCancelled` if the job was
-        cancelled. Let it propagate; the job is recorded ``cancelled``, not retried."""
-        if self.control is not None:
-            self.control.check_cancelled()
-
-    def set_progress(self, fraction: float, message: str = "") -> None:
-        """Report progress: ``fraction`` from 0 to 1, and a short message (cut to 255
-        characters). Kept in memory and written by the worker about once a second, never
-        in the handler's thread; the last value stays on the job once it finishes. Raises
-        TypeError/ValueError for a fraction that is not a number from 0 to 1 (NaN too)."""
-        if self.control is not None:
-            self.control.set_progress(fraction, message)
-        else:
-            check_progress(fraction, message)  # the same errors outside a worker
-
-    def continue_with(
-        self,
-        target: Any,
-        payload: Any = None,
-        *,
-        queue: str | None = None,
-        priority: int = 0,
-        run_at: Any = None,
-        delay: Any = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Continue this job's chain with the next step: a job of ``target`` (a handler's
-        name, dotted path or function) with ``payload``, written in the same transaction
-        that records this job completed, and only then. Nothing is written if this attempt
-        fails (its retry may ask again), is cancelled, or lost its lease. ``queue``: this
-        job's queue unless given; the other options as ``enqueue()`` takes them, checked
-        here (bad input raises in the handler). Once per attempt."""
-        if self.control is None:
-            raise RuntimeError(
-                "continue_with() needs a job run by a worker (or by django_sqlq.testing's "
-                "run_jobs()): this JobContext was made by hand."
-            )
-        if self.control.continuation is not None:
-            raise RuntimeError(
-                f"Job id={self.job_id} already asked to continue with a next step; a chain "
-                "step has one next step (enqueue() more jobs, or a group, for a fan-out)."
-            )
-        from django_sqlq.workflows import continuation
-
-        self.control.continuation = continuation(
-            target,
-            payload,
-            queue=self.queue if queue is None else queue,
-            priority=priority,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            timeout=timeout,
-        )
 
 
 @dataclass(frozen=True)
@@ -116,12 +38,12 @@ class Handler:
     func: Callable[..., Any]
     timeout: float | None = None
     takes_context: bool = False
-    # Called by the worker, in the runner thread: before the handler runs, and after its
-    # outcome is written ("completed", "pending" for a retry, or "failed"; the result or the
-    # ErrorInfo). Exceptions from hooks are logged, never fatal. The tasks backend's signals
-    # use them.
-    on_start: Callable[[JobContext], None] | None = None
-    on_finish: Callable[[JobContext, str, Any], None] | None = None
+    # Called by the worker, in the runner thread, with the job's JobContext
+    # (django_sqlq.jobcontext): before the handler runs, and after its outcome is written
+    # ("completed", "pending" for a retry, or "failed"; the result or the ErrorInfo).
+    # Exceptions from hooks are logged, never fatal. The tasks backend's signals use them.
+    on_start: Callable[[Any], None] | None = None
+    on_finish: Callable[[Any, str, Any], None] | None = None
     # Run inside a transaction on the queue database that also writes the job's completion
     # (fenced by worker and attempt): the handler's writes there and its completion commit
     # together or not at all. Synchronous handlers only.
@@ -194,55 +116,6 @@ def register(
             # The function can also be enqueued by passing it or its dotted path.
             _handlers.setdefault(path, spec)
     return spec
-
-
-@overload
-def handler(name: F) -> F: ...
-@overload
-def handler(
-    name: str | None = None,
-    *,
-    timeout: float | None = None,
-    takes_context: bool = False,
-    cron: str | Mapping[str, Any] | None = None,
-    atomic: bool = False,
-) -> Callable[[F], F]: ...
-
-
-def handler(
-    name: Any = None,
-    *,
-    timeout: float | None = None,
-    takes_context: bool = False,
-    cron: str | Mapping[str, Any] | None = None,
-    atomic: bool = False,
-) -> Any:
-    """Register a job handler.
-
-    ``@handler("send_email")`` names it; ``@handler()`` (or bare ``@handler``) names it by its
-    dotted path. ``timeout`` (seconds) is the default per-job time limit for this type.
-    ``takes_context=True`` passes a :class:`JobContext` (job id, attempt...) after the
-    payload. ``cron``: also run it on a schedule (a recurring job named after the job type):
-    a cron expression, or a dict with ``cron`` and the other keys of a ``SQLQ["SCHEDULE"]``
-    entry (``name``, ``payload``, ``queue``, ``priority``, ``timezone``, ``missed``). A bad
-    expression raises ConfigurationError here. ``atomic=True``: run the handler inside a
-    transaction on the queue database that also records the job's completion, so its writes
-    to that database and its completion commit together or not at all (synchronous
-    handlers only; see docs/howto/atomic-handlers.md). The function is returned unchanged.
-    """
-    if callable(name):
-        register(name)
-        return name
-
-    def decorator(func: F) -> F:
-        spec = register(func, name, timeout=timeout, takes_context=takes_context, atomic=atomic)
-        if cron is not None:
-            from django_sqlq import schedules
-
-            schedules.declare(schedules.from_decorator(spec.name, cron, source="@handler"))
-        return func
-
-    return decorator
 
 
 def type_name_for(target: str | Callable[..., Any]) -> str:
@@ -355,8 +228,6 @@ def suggestions(name: str) -> list[str]:
 
 def _task_names(module: Any) -> list[str]:
     """The names of the ``@task`` objects in ``module`` (none without a tasks framework)."""
-    from django_sqlq import compat
-
     if not compat.AVAILABLE:
         return []
     return [attr for attr, value in vars(module).items() if isinstance(value, compat.Task)]
@@ -365,12 +236,8 @@ def _task_names(module: Any) -> list[str]:
 def _is_task(name: str) -> bool:
     """Whether ``name`` is the dotted path of a ``@task`` (as the tasks backend stores its
     jobs' type): imported, never called."""
-    from django_sqlq import compat
-
     if not compat.AVAILABLE or not _module_of(name):
         return False
-    from django.utils.module_loading import import_string
-
     try:
         found = import_string(name)
     except ImportError:
@@ -433,10 +300,6 @@ def autodiscover() -> None:
     docs put @task functions), so that the ``@recurring`` schedules above them are declared.
     The framework itself imports a task's module only to run it: without this, a
     ``@recurring`` in ``tasks.py`` would never reach the scheduler."""
-    from django.utils.module_loading import autodiscover_modules
-
-    from django_sqlq import compat
-
     global _discovered
     autodiscover_modules("jobs")
     if compat.AVAILABLE:
@@ -449,11 +312,6 @@ def _discover_for_check() -> None:
     (a ``jobs.py`` that imports a package only the workers have) is a warning, once, and the
     other apps' modules are still imported; it never escapes from enqueue(). The worker's
     start still imports them all and fails on such a module."""
-    from django.apps import apps
-    from django.utils.module_loading import module_has_submodule
-
-    from django_sqlq import compat
-
     global _discovered
     with contextlib.suppress(Exception):  # anything a module raises: each app alone below
         autodiscover()

@@ -27,6 +27,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -80,11 +81,17 @@ def tracer() -> Any:
     cached = _cached
     if cached is not None and cached[0] is provider:
         return cached[1]
-    from django_sqlq import __version__
-
-    found = provider.get_tracer(TRACER_NAME, __version__)
+    found = provider.get_tracer(TRACER_NAME, _version())
     _cached = (provider, found)
     return found
+
+
+def _version() -> str:
+    """django_sqlq's version, from the installed package's metadata (as ``__version__``)."""
+    try:
+        return version("django-sqlq")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"
 
 
 @contextlib.contextmanager

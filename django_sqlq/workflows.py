@@ -1,4 +1,4 @@
-"""Workflows: chains of jobs, and jobs that wait for other jobs (issue 16).
+"""Workflows: chains of jobs, and jobs that wait for other jobs.
 
 **Chains.** A handler continues its job with the next step (``context.continue_with()``):
 the next job is written in the transaction that records this one completed, so a step
@@ -30,20 +30,19 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import OperationalError, transaction
 
 from django_sqlq import statuses
+from django_sqlq.conf import get_settings
 from django_sqlq.db import is_lock_conflict, ops_for
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Chain, DependencyPolicy, Job
-
-if TYPE_CHECKING:
-    from django_sqlq.api import Target as HandlerTarget
+from django_sqlq.options import Target, checked_job
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -53,20 +52,6 @@ POLICIES = tuple(DependencyPolicy.values)
 
 #: The most times an enqueue follows a chain that grows while it looks for its last step.
 MAX_CHAIN_HOPS = 1000
-
-
-class JobGroup(list[Job]):
-    """The jobs ``bulk_enqueue()`` wrote (a list, as before), which can be waited for as
-    one: ``enqueue(..., depends_on=[group])`` or ``group.then(...)`` runs once every job of
-    the group (and every chain they start) has completed."""
-
-    def then(self, target: HandlerTarget, payload: Any = None, **options: Any) -> Job:
-        """Enqueue one job that waits for every job of this group (fan-in):
-        ``enqueue(target, payload, depends_on=[self], **options)``."""
-        from django_sqlq.api import enqueue
-
-        depends_on = [self, *(options.pop("depends_on", None) or ())]
-        return enqueue(target, payload, depends_on=depends_on, **options)
 
 
 class Blocker(NamedTuple):
@@ -363,7 +348,7 @@ class Continuation:
 
 
 def continuation(
-    target: HandlerTarget,
+    target: Target,
     payload: Any,
     *,
     queue: str,
@@ -374,9 +359,6 @@ def continuation(
     timeout: float | None,
 ) -> Continuation:
     """A next step, checked as ``enqueue()`` checks a job (bad input raises here)."""
-    from django_sqlq.api import checked_job
-    from django_sqlq.conf import get_settings
-
     fields, _, encoded, delay_seconds = checked_job(
         get_settings(),
         target,

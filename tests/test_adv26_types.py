@@ -174,15 +174,11 @@ def test_check_types_off_everywhere_and_the_worker_names_the_type() -> None:
 def test_check_types_off_does_not_import_the_apps_jobs_modules(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import django.utils.module_loading
-
     from django_sqlq import registry
 
     calls: list[str] = []
     monkeypatch.setattr(registry, "_discovered", False)
-    monkeypatch.setattr(
-        django.utils.module_loading, "autodiscover_modules", lambda *n, **k: calls.append(n)
-    )
+    monkeypatch.setattr(registry, "autodiscover_modules", lambda *n, **k: calls.append(n))
     with override_settings(SQLQ=sqlq(CHECK_TYPES=False)):
         enqueue("producer.only.type")
         bulk_enqueue("producer.only.type", [{}])

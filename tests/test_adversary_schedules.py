@@ -21,7 +21,7 @@ from django.db import connections
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_sqlq import registry, schedules
+from django_sqlq import handler, registry, schedules
 from django_sqlq.checks import check_settings
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, ScheduleTick
@@ -165,7 +165,7 @@ def test_a_handler_schedule_on_an_unknown_queue_is_refused() -> None:
     refused_at_decoration = False
     try:
 
-        @registry.handler("adv.unknown_queue", cron={"cron": "0 3 * * *", "queue": "nope"})
+        @handler("adv.unknown_queue", cron={"cron": "0 3 * * *", "queue": "nope"})
         def unknown_queue(payload: Any) -> None:
             pass
 
@@ -190,7 +190,7 @@ def test_a_handler_cron_of_the_wrong_type_is_a_configuration_error() -> None:
     try:
         with pytest.raises(ConfigurationError, match=r"adv\.cron_list"):
 
-            @registry.handler("adv.cron_list", cron=bad)
+            @handler("adv.cron_list", cron=bad)
             def cron_list(payload: Any) -> None:
                 pass
 

@@ -30,8 +30,8 @@ from django.utils import timezone
 import django_sqlq
 from django_sqlq import Chain, aenqueue, bulk_enqueue, enqueue
 from django_sqlq.exceptions import InvalidJobError
+from django_sqlq.jobcontext import JobContext
 from django_sqlq.models import Job, JobBlocker, JobStatus
-from django_sqlq.registry import JobContext
 from django_sqlq.testing import inline, run_job, run_jobs
 from tests.conftest import WorkerProcess, run_burst, wait_for
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_sqlq import cancel, enqueue, registry
+from django_sqlq import cancel, enqueue, handler, registry
 from django_sqlq.models import Job, JobStatus
 from tests.conftest import run_burst
 from tests.faults.conftest import errors_in, runs, until
@@ -49,7 +49,7 @@ def test_an_async_atomic_handler_is_refused_at_registration():
         pass
 
     with pytest.raises(TypeError, match=r"atomic=True.*coroutine function"):
-        registry.handler("tests.atomic_async", atomic=True)(handle)
+        handler("tests.atomic_async", atomic=True)(handle)
     assert registry.find("tests.atomic_async") is None
 
 
@@ -58,7 +58,7 @@ def test_atomic_takes_a_bool():
         pass
 
     with pytest.raises(TypeError, match=r"atomic=\.\.\.\) takes True or False"):
-        registry.handler("tests.atomic_junk", atomic="yes")(handle)  # type: ignore[call-overload]
+        handler("tests.atomic_junk", atomic="yes")(handle)  # type: ignore[call-overload]
     assert registry.find("tests.atomic_junk") is None
 
 

@@ -18,8 +18,8 @@ from django_sqlq import CancelResult, JobCancelled, acancel, cancel, enqueue, li
 from django_sqlq.control import MAX_PROGRESS_MESSAGE, JobControl, check_progress
 from django_sqlq.db import ops_for
 from django_sqlq.db.outcomes import Finished
+from django_sqlq.jobcontext import JobContext
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.registry import JobContext
 from tests.conftest import run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -48,8 +48,7 @@ def test_completing_a_batch_is_one_statement():
     bulk_enqueue("tests.noop", [{"n": i} for i in range(50)])
     claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=50, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
-        done = lifecycle.complete_statuses(
-            "default",
+        done = ops_for("default").complete_statuses(
             [Finished(job.id, job.attempts, {"n": job.id}) for job in claimed],
             worker_id="w",
         )
@@ -219,8 +218,8 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
     bulk_enqueue("tests.noop", [{} for _ in range(300)])
     claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=100, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
-        lifecycle.complete_statuses(
-            "default", [Finished(job.id, job.attempts, result) for job in claimed], worker_id="w"
+        ops_for("default").complete_statuses(
+            [Finished(job.id, job.attempts, result) for job in claimed], worker_id="w"
         )
     stored = Job.objects.filter(pk__in=[job.id for job in claimed]).values_list("status", "result")
     assert list(stored) == [("completed", result)] * len(claimed)

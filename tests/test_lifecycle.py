@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from django_sqlq import enqueue, lifecycle
 from django_sqlq.conf import get_settings
+from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
 from tests.conftest import run_burst
 
@@ -86,18 +87,15 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
     )[0]
     assert fresh.attempts == 2
     # The stale worker wakes up and tries to finish: refused.
-    assert (
-        lifecycle.complete(
-            "default", [Finished(stale.id, stale.attempts, "stale")], worker_id="stale"
-        )
-        == []
-    )
+    ops = ops_for("default")
+    stale_done = [Finished(stale.id, stale.attempts, "stale")]
+    assert ops.complete_statuses(stale_done, worker_id="stale") == {}
     error = lifecycle.ErrorInfo("X", "stale failure", "")
     assert lifecycle.fail_or_retry("default", stale, error, worker_id="stale", retry_in=0) is None
     assert lifecycle.extend_leases("default", worker_id="stale", lease_seconds=60) == 0
-    assert lifecycle.complete(
-        "default", [Finished(fresh.id, fresh.attempts, "fresh")], worker_id="fresh"
-    ) == [job.pk]
+    assert ops.complete_statuses(
+        [Finished(fresh.id, fresh.attempts, "fresh")], worker_id="fresh"
+    ) == {job.pk: "completed"}
     job.refresh_from_db()
     assert (job.status, job.result, job.locked_by) == (JobStatus.COMPLETED, "fresh", "fresh")
 

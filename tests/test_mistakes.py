@@ -140,12 +140,8 @@ def test_the_first_unknown_name_imports_every_apps_jobs_py_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[str] = []
-    import django.utils.module_loading
-
     monkeypatch.setattr(registry, "_discovered", False)
-    monkeypatch.setattr(
-        django.utils.module_loading, "autodiscover_modules", lambda name: calls.append(name)
-    )
+    monkeypatch.setattr(registry, "autodiscover_modules", lambda name: calls.append(name))
     import tests.testapp.jobs  # noqa: F401 (registers tests.noop, as a worker's start would)
     from django_sqlq import compat
 

@@ -444,8 +444,7 @@ def test_every_log_line_about_a_job_carries_the_job(caplog: pytest.LogCaptureFix
 
 
 def test_a_hook_that_raises_is_logged_with_the_job(caplog: pytest.LogCaptureFixture) -> None:
-    from django_sqlq.registry import JobContext
-    from django_sqlq.worker.hooks import call_hook
+    from django_sqlq.jobcontext import JobContext, call_hook
 
     def hook(context: JobContext) -> None:
         raise RuntimeError(f"hook of job {context.job_id}")

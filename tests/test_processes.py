@@ -175,7 +175,7 @@ def test_processes_a_second_sigterm_forces_the_children_out(tmp_path, spawn_work
 def test_stop_signals_never_run_the_stop_in_the_signal_handler():
     import threading
 
-    from django_sqlq import _stopsignals
+    from django_sqlq.worker import signals as stop_signals
 
     seen: list[tuple[str, int, int]] = []
     done = threading.Event()
@@ -187,7 +187,7 @@ def test_stop_signals_never_run_the_stop_in_the_signal_handler():
     def on_force(signum: int) -> None:
         seen.append((threading.current_thread().name, signum, -1))
 
-    handle = _stopsignals.handler(on_stop, on_force)
+    handle = stop_signals.handler(on_stop, on_force)
     handle(signal.SIGTERM, None)
     assert done.wait(10)
     handle(signal.SIGINT, None)

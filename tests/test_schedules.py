@@ -16,7 +16,7 @@ from cronsim import CronSim
 from django.conf import settings
 from django.test import override_settings
 
-from django_sqlq import registry, schedules
+from django_sqlq import handler, registry, schedules
 from django_sqlq.checks import check_settings
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, ScheduleTick
@@ -113,7 +113,7 @@ def test_a_good_schedule_passes_the_checks(
 def test_handler_cron_declares_a_schedule_named_after_the_type(
     with_schedule: Callable[[dict[str, Any]], None],
 ) -> None:
-    @registry.handler("tests.every_five", cron="*/5 * * * *")
+    @handler("tests.every_five", cron="*/5 * * * *")
     def every_five(payload: Any) -> None:
         pass
 
@@ -137,7 +137,7 @@ def test_handler_cron_declares_a_schedule_named_after_the_type(
 def test_handler_cron_with_a_bad_expression_raises_at_once() -> None:
     with pytest.raises(ConfigurationError, match=r"@handler schedule 'tests.bad_cron'.*cron"):
 
-        @registry.handler("tests.bad_cron", cron="*/5 * *")
+        @handler("tests.bad_cron", cron="*/5 * *")
         def bad(payload: Any) -> None:
             pass
 

@@ -17,7 +17,6 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlq import bulk_enqueue, enqueue, handler
-from django_sqlq.api import encode_json
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import (
     ConfigurationError,
@@ -25,6 +24,7 @@ from django_sqlq.exceptions import (
     PayloadError,
     UnknownQueueError,
 )
+from django_sqlq.jsoncodec import encode_json
 from django_sqlq.management.option_types import (
     interval_seconds,
     positive_float,

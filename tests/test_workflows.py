@@ -22,8 +22,8 @@ from django_sqlq import (
 )
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import InvalidJobError
+from django_sqlq.jobcontext import JobContext
 from django_sqlq.models import Job, JobBlocker, JobStatus
-from django_sqlq.registry import JobContext
 from django_sqlq.testing import run_jobs
 from tests.conftest import run_burst
 from tests.testapp import workflow_jobs  # noqa: F401 (registers the handlers)

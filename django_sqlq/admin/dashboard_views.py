@@ -27,12 +27,12 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext
 
 from django_sqlq.admin.display import admin_links, progress_bar, queue_alias
-from django_sqlq.conf import configured_queues, get_settings
+from django_sqlq.conf import get_settings
 from django_sqlq.dashboard.charts import chart
 from django_sqlq.dashboard.queries import retention, running_jobs, snapshot, throughput
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job
-from django_sqlq.queues import pause_queue, paused_names, resume_queue
+from django_sqlq.queues import configured_queues, pause_queue, paused_names, resume_queue
 
 if TYPE_CHECKING:
     JobModelAdmin = admin.ModelAdmin[Job]

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, lifecycle, registry
 from django_sqlq.admin.display import breakable_name, queue_alias
-from django_sqlq.conf import configured_queues
+from django_sqlq.queues import configured_queues
 
 
 class _ChoicesFilter(admin.SimpleListFilter):

@@ -23,9 +23,9 @@ from django_sqlq import lifecycle, registry, workflows
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import JobInterruptedError
+from django_sqlq.jobcontext import call_hook, job_context
 from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
-from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.retry import reset_connection, with_retry
 from django_sqlq.workflows import Continuation
 

@@ -22,11 +22,11 @@ from django_sqlq import lifecycle, registry, tracing
 from django_sqlq.control import JobControl
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import JobCancelled, LeaseLostError, PayloadError
+from django_sqlq.jobcontext import call_hook, job_context
 from django_sqlq.jsoncodec import decode_json, encode_json
 from django_sqlq.logs import extra_for
 from django_sqlq.worker.atomic import ResultRefused, run_atomic
 from django_sqlq.worker.completer import FLUSH_BATCH, Done
-from django_sqlq.worker.hooks import call_hook, job_context
 from django_sqlq.worker.inbox import STOP, Inbox
 from django_sqlq.worker.invoke import (
     check_connections,

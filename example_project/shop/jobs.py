@@ -7,7 +7,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_sqlq import handler
-from django_sqlq.registry import JobContext
+from django_sqlq.jobcontext import JobContext
 from shop.models import Order, PackedItem
 
 logger = logging.getLogger(__name__)

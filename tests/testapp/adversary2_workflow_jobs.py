@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from django_sqlq import handler
-from django_sqlq.registry import JobContext
+from django_sqlq.jobcontext import JobContext
 
 
 @handler("advwf2.continue_unless_broken", takes_context=True)

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django_sqlq import handler
-from django_sqlq.registry import JobContext
+from django_sqlq.jobcontext import JobContext
 from tests.testapp.fault_jobs import append_line, await_release
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from django_sqlq import enqueue, handler
-from django_sqlq.registry import JobContext
+from django_sqlq.jobcontext import JobContext
 from tests.testapp.fault_jobs import append_line
 from tests.testapp.models import Order
 

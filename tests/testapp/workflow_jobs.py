@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from django_sqlq import handler
-from django_sqlq.registry import JobContext
+from django_sqlq.jobcontext import JobContext
 from tests.testapp.fault_jobs import append_line
 from tests.testapp.models import Order
 
