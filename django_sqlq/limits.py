@@ -1,4 +1,4 @@
-"""Per-queue limits (issue 15): ``SQLQ["QUEUE_LIMITS"]``, parsed and validated.
+"""Per-queue limits: ``SQLQ["QUEUE_LIMITS"]``, parsed and validated.
 
     SQLQ = {"QUEUE_LIMITS": {
         "video": {"concurrency": 2},          # at most 2 video jobs running, on all workers
