@@ -208,11 +208,6 @@ class Worker:
         return self.claimer.jobs_claimed
 
     @property
-    def claims(self) -> int:
-        """Claim statements run."""
-        return self.claimer.claims
-
-    @property
     def jobs_done(self) -> int:
         return self.counts.done
 

@@ -50,7 +50,6 @@ class Scheduler(PeriodicService):
         self.context = context
         self.schedules: dict[str, Schedule] = {}
         self.watching_since: datetime | None = None
-        self.enqueued = 0  # ticks this worker won
         self.active = True  # False for a --burst worker: no ticks
         self.stored: dict[str, Schedule] = {}  # the database's, as of the last pass
         self.stored_since: dict[str, datetime] = {}  # when this worker began watching each
@@ -147,7 +146,6 @@ class Scheduler(PeriodicService):
                 continue
             if job_id is None:
                 continue
-            self.enqueued += 1
             won.append((schedule.name, tick, job_id))
             missed = tick < since
             # A routine tick is a DEBUG line (-v 3): an every-second schedule would otherwise
