@@ -14,8 +14,8 @@ Threads, each with its own database connection:
   jobs this worker holds in one statement (until the last running job is finished, also
   after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs;
   the job controls read the cancel requests (twice a second) and write the handlers'
-  progress (once a second);
-  the pruner deletes finished jobs older than ``KEEP_FINISHED``.
+  progress (once a second); the ticker enqueues the recurring jobs' ticks; the pruner
+  deletes finished jobs older than ``KEEP_FINISHED``.
 
 Signal handlers (``signals``) only set an event. On stop the worker claims nothing more,
 lets running jobs finish, gives back jobs it claimed but did not start, and returns. A
