@@ -18,6 +18,26 @@ from django_sqlq.conf import Settings
 Clock = Callable[[], datetime]
 
 
+class Flag:
+    """A flag shared by reference. Unlike ``threading.Event`` it takes no lock, so that a
+    signal handler may set it (see ``signals``: a handler that takes a lock the interrupted
+    main thread holds deadlocks the process)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = False
+
+    def set(self) -> None:
+        self._value = True
+
+    def clear(self) -> None:
+        self._value = False
+
+    def is_set(self) -> bool:
+        return self._value
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class WorkerContext:
     worker_id: str
@@ -36,8 +56,8 @@ class WorkerContext:
     stop_event: threading.Event = field(default_factory=threading.Event)
     #: Set to wake the main loop before its poll interval (a runner finished, a NOTIFY).
     wakeup: threading.Event = field(default_factory=threading.Event)
-    #: Set by a second signal: database writes are tried once, not retried.
-    forced: threading.Event = field(default_factory=threading.Event)
+    #: Set by a second signal (in its handler): database writes are tried once, not retried.
+    forced: Flag = field(default_factory=Flag)
 
     def now(self) -> datetime | None:
         """The injected clock, or None: the database's clock."""

@@ -26,6 +26,10 @@ logger = logging.getLogger("django_sqlq.worker")
 
 
 class FailureWriter:
+    """Writes failed attempts. ``backoff(attempts)``: seconds before the retry of a failed
+    attempt; ``retry_scheduled(seconds)``: told of each retry written (the stager wakes
+    for it: no NOTIFY tells the worker of its own retries)."""
+
     def __init__(
         self,
         context: WorkerContext,
@@ -36,8 +40,6 @@ class FailureWriter:
         backoff: Callable[[int], float],
         retry_scheduled: Callable[[float], None],
     ) -> None:
-        """``backoff(attempts)``: seconds before the retry of a failed attempt.
-        ``retry_scheduled(seconds)``: told of each retry written (the stager wakes for it)."""
         self.context = context
         self.worker_id = context.worker_id
         self.database = context.database
