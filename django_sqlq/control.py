@@ -2,8 +2,9 @@
 
 The worker makes one :class:`JobControl` per attempt; the handler reaches it through its
 ``JobContext`` (``cancel_requested``, ``check_cancelled()``, ``set_progress()``). Nothing
-here touches the database: the worker's job-control service reads the cancel requests and
-writes the progress (twice and once a second), in a thread of its own.
+here touches the database: the worker's job-control service
+(``django_sqlq.worker.maintenance.jobcontrols``) reads the cancel requests and writes the
+progress (twice and once a second), in a thread of its own.
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def test_a_handler_that_raises_leaves_no_writes(tmp_path):
     assert [e["exception_class"] for e in job.errors] == ["RuntimeError"] * 2
     assert rows("raises") == []
     assert not Job.objects.filter(type="faults.record").exists()  # its enqueue rolled back too
-    assert (worker.completer.jobs_done, worker.completer.jobs_failed) == (0, 2)
+    assert (worker.jobs_done, worker.jobs_failed) == (0, 2)
 
 
 def test_a_job_enqueued_by_an_atomic_handler_exists_once_it_commits(tmp_path):

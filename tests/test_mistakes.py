@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -392,16 +391,10 @@ def test_the_summary_line_counts_cancelled_jobs(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from django_sqlq.worker import summary
+    from django_sqlq.worker.context import Counts
 
-    worker = SimpleNamespace(
-        worker_id="w1",
-        jobs_done=3,
-        jobs_failed=0,
-        jobs_retried=0,
-        completer=SimpleNamespace(jobs_cancelled=1),
-        pool=SimpleNamespace(running={}),
-    )
-    line = summary.Summary(worker)  # type: ignore[arg-type]
+    counts = Counts(done=3, cancelled=1)
+    line = summary.Summary("w1", counts, running={})
     line.start()
     assert line.next_at() is not None
     monkeypatch.setattr(summary, "SUMMARY_INTERVAL", 0.0)
@@ -409,7 +402,7 @@ def test_the_summary_line_counts_cancelled_jobs(
         line.log()
     assert "Worker w1: 3 completed, 0 failed, 0 retried, 1 cancelled in" in caplog.text
     # Only a cancel since the last line is a reason for the next one.
-    worker.completer.jobs_cancelled = 2
+    counts.cancelled = 2
     assert line.next_at() is not None
     line.log()
     assert "0 completed, 0 failed, 0 retried, 1 cancelled" in caplog.text.splitlines()[-1]

@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from datetime import UTC, timedelta
 from typing import Any
@@ -32,7 +33,7 @@ from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.logs import JOB_FIELDS
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 from django_sqlq.worker.maintenance.reaper import Reaper
-from django_sqlq.worker.stats import seconds_since
+from django_sqlq.worker.stats import seconds_between
 from tests.conftest import ROOT, run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -257,12 +258,14 @@ def test_a_worker_row_edited_by_hand_is_skipped_not_a_failed_scrape():
 
 def test_pickup_latency_reads_both_engines_datetimes():
     now = timezone.now()
-    assert 9 <= (seconds_since(now - timedelta(seconds=10)) or 0) < 60
+    later = time.time()
+    assert 9 <= (seconds_between(now - timedelta(seconds=10), later) or 0) < 60
     text = (now - timedelta(seconds=10)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    assert 9 <= (seconds_since(text) or 0) < 60
-    assert seconds_since(now + timedelta(hours=1)) == 0  # a clock behind: never negative
-    assert seconds_since("junk") is None
-    assert seconds_since(None) is None
+    assert 9 <= (seconds_between(text, later) or 0) < 60
+    # A clock behind: never negative.
+    assert seconds_between(now + timedelta(hours=1), later) == 0
+    assert seconds_between("junk", later) is None
+    assert seconds_between(None, later) is None
 
 
 # -- OpenTelemetry --------------------------------------------------------------------------
@@ -418,7 +421,7 @@ def test_every_log_line_about_a_job_carries_the_job(caplog: pytest.LogCaptureFix
     lost = enqueue("tests.noop", {}, queue="reports")
     lifecycle.claim("default", queues=["reports"], worker_id="dead", limit=1, lease_seconds=60)
     Job.objects.filter(pk=lost.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
-    Reaper(run_burst(queues=["default"])).reap()  # the worker reaps it as it starts
+    Reaper(run_burst(queues=["default"]).context).reap()  # the worker reaps it as it starts
 
     records = job_records(caplog)
     by_job: dict[int, list[str]] = {}

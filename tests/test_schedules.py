@@ -515,7 +515,7 @@ def test_ticks_and_jobs_share_the_queue_database(
 def test_the_scheduler_sleeps_until_the_next_tick_at_most_a_minute(
     with_schedule: Callable[[dict[str, Any]], None],
 ) -> None:
-    from django_sqlq.worker.maintenance.scheduler import MAX_SLEEP
+    from django_sqlq.worker.maintenance.ticks import MAX_SLEEP
 
     with_schedule(NIGHTLY)
     clock = Clock(at("2026-01-10 02:59:58.5"))

@@ -26,7 +26,7 @@ from django_sqlq.db import ops_for
 from django_sqlq.models import Job
 from django_sqlq.worker import claimer as claimer_module
 from django_sqlq.worker.completer import Completer
-from django_sqlq.worker.maintenance.control import CONTROL_INTERVAL
+from django_sqlq.worker.maintenance.jobcontrols import CONTROL_INTERVAL
 from django_sqlq.worker.queuecontrol import WOKEN_REFRESH_INTERVAL
 from tests.conftest import run_burst
 

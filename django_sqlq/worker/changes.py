@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import DatabaseError, connections
 
 from django_sqlq.db import ops_for
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from django_sqlq.worker.context import WorkerContext
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -27,21 +25,21 @@ class ChangeWatch:
     notifications).
     """
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
         self.flag = threading.Event()
-        self.ops = ops_for(worker.database)
-        self.interval = self.ops.change_check_interval(worker.poll_interval)
+        self.ops = ops_for(context.database)
+        self.interval = self.ops.change_check_interval(context.poll_interval)
         self.last = self._version()
         # SQLQ["LISTEN_DATABASE"]: LISTEN through another alias of the queue's database
         # (a direct connection beside a transaction-mode pooler).
-        listen_alias = worker.conf.LISTEN_DATABASE
-        if worker.database != worker.conf.DATABASE:
+        listen_alias = context.conf.LISTEN_DATABASE
+        if context.database != context.conf.DATABASE:
             listen_alias = None
         self.listener = self.ops.listen(
-            queues=worker.queues,
+            queues=context.queues,
             wake=self._notified,
-            stop=worker.stop_event,
+            stop=context.stop_event,
             logger=logger,
             alias=listen_alias,
             probe=self._probe,
@@ -51,13 +49,13 @@ class ChangeWatch:
         """Send a NOTIFY the way enqueues do: through the queue's database alias (called
         from the LISTEN thread, on a connection of that thread's own)."""
         try:
-            ops_for(self.worker.database).notify([token])
+            ops_for(self.context.database).notify([token])
         finally:
-            connections[self.worker.database].close()
+            connections[self.context.database].close()
 
     def _notified(self) -> None:
         self.flag.set()
-        self.worker.wake()
+        self.context.wake()
 
     def _version(self) -> Any:
         try:

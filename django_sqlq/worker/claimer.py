@@ -14,25 +14,23 @@ scheduled job, a flush, a give-back, the summary line.
 from __future__ import annotations
 
 import logging
-import queue as queue_module
 import time
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from django_sqlq import lifecycle
 from django_sqlq.db import is_missing_table, is_transient, ops_for
-from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.schema import migrate_command
 from django_sqlq.worker.changes import ChangeWatch
-from django_sqlq.worker.completer import FLUSH_INTERVAL
-from django_sqlq.worker.inbox import STOP
-from django_sqlq.worker.retry import back_off, with_retry
+from django_sqlq.worker.completer import FLUSH_INTERVAL, Completer
+from django_sqlq.worker.context import HeldJobs, WorkerContext
+from django_sqlq.worker.dbretry import back_off, with_retry
+from django_sqlq.worker.maintenance.tidier import Tidier
+from django_sqlq.worker.pool import RunnerPool
+from django_sqlq.worker.queuecontrol import QueueControl
+from django_sqlq.worker.staging import Stager
 from django_sqlq.worker.startup import WorkerError
 from django_sqlq.worker.summary import Summary
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -47,34 +45,49 @@ BURST_TRIES = 5
 
 
 class Claimer:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.worker_id = worker.worker_id
-        self.database = worker.database
-        self.concurrency = worker.concurrency
-        self.max_jobs = worker.max_jobs
-        self.pool = worker.pool
-        self.completer = worker.completer
-        self.summary = Summary(worker)
+    def __init__(
+        self,
+        context: WorkerContext,
+        *,
+        pool: RunnerPool,
+        completer: Completer,
+        staging: Stager,
+        queue_control: QueueControl,
+        held: HeldJobs,
+        tidier: Tidier,
+        summary: Summary,
+    ) -> None:
+        self.context = context
+        self.worker_id = context.worker_id
+        self.database = context.database
+        self.concurrency = context.concurrency
+        self.max_jobs = context.max_jobs
+        self.pool = pool
+        self.completer = completer
+        self.staging = staging
+        self.queue_control = queue_control
+        self.held = held
+        self.tidier = tidier
+        self.summary = summary
         self.jobs_claimed = 0
         self.claims = 0  # claim statements run; each starts at the next queue (fairness)
         self.no_prefetch_until = 0.0  # see give_back_waiting
 
     def loop(self, *, burst: bool) -> None:
-        worker, pool, completer = self.worker, self.pool, self.completer
-        staging = worker.staging
+        context, pool, completer = self.context, self.pool, self.completer
+        staging, tidier = self.staging, self.tidier
         failures = 0
         last_claim = 0.0
         quiet_since = time.monotonic()  # since when claims found nothing while nothing ran
         queue_may_have_more = True
-        changes = ChangeWatch(worker)
-        control = worker.queue_control
-        while not worker.stop_event.is_set():
+        changes = ChangeWatch(context)
+        control = self.queue_control
+        while not context.stop_event.is_set():
             # Claim first, then write completions: the runners start on the new jobs while
             # this thread waits on the completions' statement.
             limit = self.limit()
             idle = pool.busy == 0 and not completer.pending
-            due = time.monotonic() - last_claim >= worker.poll_interval
+            due = time.monotonic() - last_claim >= context.poll_interval
             # (While the batches come back full, nothing else needs looking at.)
             # The paused queues, read at most once a second (a resume is a reason to claim).
             resumed = control.refresh()
@@ -90,15 +103,15 @@ class Claimer:
                 try:
                     # Re-read the next due time when woken, and at least every poll interval
                     # during a long drain (another process may have scheduled an earlier job).
-                    stale = time.monotonic() - staging.checked >= worker.poll_interval
+                    stale = time.monotonic() - staging.checked >= context.poll_interval
                     staging.stage(recheck=woke or stale)
                     claimed = lifecycle.claim(
                         self.database,
-                        queues=worker.queues,
+                        queues=context.queues,
                         worker_id=self.worker_id,
                         limit=limit,
-                        lease_seconds=worker.lease_seconds,
-                        now=worker.now(),
+                        lease_seconds=context.lease_seconds,
+                        now=context.now(),
                         exclude_queues=control.exclude,
                         turn=self.claims,
                         caps=control.caps(),
@@ -117,24 +130,24 @@ class Claimer:
                     quiet_since = last_claim
                 if claimed:
                     control.claimed(job.queue for job in claimed)
-                    worker.held.add(job.id for job in claimed)
+                    self.held.add(job.id for job in claimed)
                     with pool.busy_lock:
                         pool.busy += len(claimed)
                     self.jobs_claimed += len(claimed)
-                    worker.tidier.claimed(len(claimed))
+                    tidier.claimed(len(claimed))
                     pool.inbox.put_many(claimed)
                     completer.flush(idle=pool.busy == 0)
                     continue
                 if burst and idle:
                     return  # nothing runnable, nothing running, nothing left to write
-                worker.tidier.quiet(last_claim - quiet_since, worker.poll_interval)
+                tidier.quiet(last_claim - quiet_since, context.poll_interval)
             completer.flush(idle=pool.busy == 0)
             self.give_back_waiting()
             self.summary.log()
             if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
                 return
-            worker.wakeup.wait(self.wait_time(last_claim, changes.interval))
-            worker.wakeup.clear()
+            context.wakeup.wait(self.wait_time(last_claim, changes.interval))
+            context.wakeup.clear()
 
     def limit(self) -> int:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast
@@ -167,10 +180,10 @@ class Claimer:
     def wait_time(self, last_claim: float, longest: float) -> float:
         """How long the loop may sleep before something is due (at most ``longest``)."""
         now = time.monotonic()
-        wait = max(0.0, self.worker.poll_interval - (now - last_claim))
+        wait = max(0.0, self.context.poll_interval - (now - last_claim))
         # Wake when the next scheduled job comes due, to start it within the pickup latency.
         # (Once due, it is staged at the next claim: when a slot is free.)
-        until_due = self.worker.staging.due_at - now
+        until_due = self.staging.due_at - now
         if until_due > 0:
             wait = min(wait, until_due)
         if self.completer.pending:
@@ -181,7 +194,7 @@ class Claimer:
         summary_at = self.summary.next_at()
         if summary_at is not None:
             wait = min(wait, max(0.0, summary_at - now))
-        refresh_in = self.worker.queue_control.next_refresh_in()
+        refresh_in = self.queue_control.next_refresh_in()
         if refresh_in is not None:
             wait = min(wait, refresh_in)
         return min(wait, longest)
@@ -190,7 +203,7 @@ class Claimer:
         """Give back the claimed jobs that have waited PREFETCH_HOLD seconds for a thread
         (its threads are held up by slower jobs than the prefetch expected), so that other
         workers' free threads run them; and prefetch nothing for a while."""
-        pool, worker = self.pool, self.worker
+        pool, context = self.pool, self.context
         oldest = pool.inbox.oldest()
         if oldest is None or time.monotonic() - oldest < PREFETCH_HOLD:
             return
@@ -201,10 +214,10 @@ class Claimer:
         ids = [job.id for job in stale]
         try:
             with_retry(
-                worker,
+                context,
                 "release",
                 lambda: lifecycle.release(
-                    self.database, ids, worker_id=self.worker_id, now=worker.now()
+                    self.database, ids, worker_id=self.worker_id, now=context.now()
                 ),
             )
             ops_for(self.database).notify(sorted({job.queue for job in stale}))
@@ -218,8 +231,8 @@ class Claimer:
             )
             pool.inbox.put_many(stale)
             return
-        worker.held.discard(ids)
-        worker.queue_control.finished(job.queue for job in stale)
+        self.held.discard(ids)
+        self.queue_control.finished(job.queue for job in stale)
         with pool.busy_lock:
             pool.busy -= len(stale)
         self.jobs_claimed -= len(stale)
@@ -228,49 +241,6 @@ class Claimer:
             self.worker_id,
             len(stale),
             PREFETCH_HOLD,
-            extra={"job_ids": ids},
-        )
-
-    def release_unstarted(self) -> None:
-        """On stop: give back the claimed jobs no runner has started (their attempt is not
-        counted)."""
-        pool, worker = self.pool, self.worker
-        unstarted: list[ClaimedJob] = []
-        while True:
-            try:
-                item = pool.inbox.get_nowait()
-            except queue_module.Empty:
-                break
-            if item is not STOP:
-                unstarted.append(item)
-        if not unstarted:
-            return
-        ids = [job.id for job in unstarted]
-        try:
-            released = with_retry(
-                worker,
-                "release",
-                lambda: lifecycle.release(
-                    self.database, ids, worker_id=self.worker_id, now=worker.now()
-                ),
-            )
-        except DatabaseError:
-            logger.exception(
-                "Worker %s could not give back jobs %s",
-                self.worker_id,
-                ids,
-                extra={"job_ids": ids},
-            )
-            return
-        worker.held.discard(ids)
-        worker.queue_control.finished(job.queue for job in unstarted)
-        with pool.busy_lock:
-            pool.busy -= len(unstarted)
-        logger.info(
-            "Worker %s gave back %d unstarted job(s): %s",
-            self.worker_id,
-            released,
-            ids,
             extra={"job_ids": ids},
         )
 
@@ -295,4 +265,4 @@ class Claimer:
                 "database to recover. Has "
                 f"`{migrate_command(self.database)}` been run?"
             ) from exc
-        self.worker.stop_event.wait(back_off(self.worker, what, exc, failures))
+        self.context.stop_event.wait(back_off(self.context, what, exc, failures))

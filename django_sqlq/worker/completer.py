@@ -1,13 +1,13 @@
-"""The completer: writes the outcome of each attempt (River's batching completer).
+"""The completer: writes the completed attempts (River's batching completer).
 
 Completed attempts are buffered by the runner threads (``pending``) and written by the main
 thread in one statement (``flush``): when FLUSH_BATCH have gathered, when the oldest has
 waited FLUSH_INTERVAL, when nothing else is running, or when forced. When the database
 refuses a batch (not a lost connection: those are retried), the completions are written
 one by one, and the one it refuses is recorded as its attempt's error. Failed attempts
-are written at once (``record_failure``), retried or failed by their attempts. Every
-write is fenced by worker id and attempt: an outcome for a job this worker no longer
-holds changes nothing and is logged as lost.
+are written at once by the runners (``failures``). Every write is fenced by worker id and
+attempt: an outcome for a job this worker no longer holds changes nothing and is logged
+as lost.
 """
 
 from __future__ import annotations
@@ -15,22 +15,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError
 
 from django_sqlq import lifecycle, registry, workflows
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.db.outcomes import Finished
-from django_sqlq.exceptions import JobInterruptedError
 from django_sqlq.jobcontext import call_hook, job_context
 from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
-from django_sqlq.worker.retry import reset_connection, with_retry
+from django_sqlq.worker.context import Counts, HeldJobs, WorkerContext
+from django_sqlq.worker.dbretry import with_retry
+from django_sqlq.worker.failures import FailureWriter, log_lost
+from django_sqlq.worker.stats import WorkerStats
 from django_sqlq.workflows import Continuation
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
 
 logger = logging.getLogger("django_sqlq.worker")
 job_logger = logging.getLogger("django_sqlq.worker.jobs")
@@ -50,20 +49,27 @@ class Done(NamedTuple):
 
 
 class Completer:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.worker_id = worker.worker_id
-        self.database = worker.database
-        self.held = worker.held
+    def __init__(
+        self,
+        context: WorkerContext,
+        *,
+        held: HeldJobs,
+        counts: Counts,
+        stats: WorkerStats,
+        failures: FailureWriter,
+    ) -> None:
+        self.context = context
+        self.worker_id = context.worker_id
+        self.database = context.database
+        self.held = held
+        self.counts = counts
+        self.stats = stats
+        self.failures = failures
         # Completed attempts not yet written. The runners append to it under ``lock`` (and
         # set ``since`` for the first), inline in RunnerPool._process.
         self.pending: list[Done] = []
         self.since = 0.0  # time.monotonic() when the oldest of them was added
         self.lock = threading.Lock()
-        self.jobs_done = 0
-        self.jobs_failed = 0  # failed attempts, retried or not
-        self.jobs_retried = 0  # failed attempts that will be retried
-        self.jobs_cancelled = 0  # attempts recorded cancelled (a cancel requested as they ran)
 
     def flush(self, *, force: bool = False, idle: bool = False) -> None:
         """Write the buffered completions if it is time; ``idle``: nothing is running."""
@@ -84,7 +90,7 @@ class Completer:
         try:
             written = self._complete(batch)
         except DatabaseError as exc:
-            if self.worker.forced:
+            if self.context.forced.is_set():
                 raise
             # Not a lost connection (those are retried): the database refuses the write.
             # Find the completion it refuses, and record that as its attempt's error, rather
@@ -101,7 +107,7 @@ class Completer:
                     self.write([item])
                 return
             try:
-                self.record_failure(batch[0].job, lifecycle.ErrorInfo.from_exception(exc))
+                self.failures.record(batch[0].job, lifecycle.ErrorInfo.from_exception(exc))
             except DatabaseError:
                 logger.exception(
                     "Worker %s: could not record the outcome of job id=%s; it will be "
@@ -118,13 +124,13 @@ class Completer:
             job = item.job
             status = written.get(job.id)
             if status is None:
-                self.lost(job)
+                log_lost(job)
             elif status == JobStatus.COMPLETED and not log and item.handler.on_finish is None:
                 completed[job.queue] = completed.get(job.queue, 0) + 1  # the usual case
             else:
                 self._written(item, status, log=log, completed=completed)
-        self.jobs_done += sum(completed.values())
-        self.worker.stats.completed_many(completed)
+        self.counts.done += sum(completed.values())
+        self.stats.completed_many(completed)
 
     def committed(self, item: Done, status: str) -> None:
         """An atomic handler's completion, committed with its writes by the runner thread
@@ -132,8 +138,8 @@ class Completer:
         self.held.discard([item.job.id])
         completed: dict[str, int] = {}
         self._written(item, status, log=job_logger.isEnabledFor(logging.INFO), completed=completed)
-        self.jobs_done += sum(completed.values())
-        self.worker.stats.completed_many(completed)
+        self.counts.done += sum(completed.values())
+        self.stats.completed_many(completed)
 
     def lost_atomic(self, job: ClaimedJob, error: lifecycle.ErrorInfo) -> None:
         """An atomic handler whose completion the fence refused: its transaction was rolled
@@ -156,7 +162,7 @@ class Completer:
         the handler ran to its end after its cancel was requested); call its hook."""
         job = item.job
         if status == JobStatus.CANCELLED:
-            self.jobs_cancelled += 1
+            self.counts.cancelled += 1
             logger.info(
                 "Job id=%s type=%s attempt=%d ran to its end after its cancel was "
                 "requested: recorded cancelled",
@@ -195,13 +201,13 @@ class Completer:
         written: dict[int, str] = {}
         if plain:
             written = with_retry(
-                self.worker,
+                self.context,
                 "complete",
                 lambda: lifecycle.complete_statuses(
                     self.database,
                     [Finished(item.job.id, item.job.attempts, item.result) for item in plain],
                     worker_id=self.worker_id,
-                    now=self.worker.now(),
+                    now=self.context.now(),
                     unwaited=True,
                 ),
             )
@@ -209,158 +215,16 @@ class Completer:
         if rest:
             written.update(
                 with_retry(
-                    self.worker,
+                    self.context,
                     "complete",
                     lambda: (
                         workflows.complete(
                             self.database,
                             [(item.job, item.result, item.then) for item in rest],
                             worker_id=self.worker_id,
-                            now=self.worker.now(),
+                            now=self.context.now(),
                         ).statuses
                     ),
                 )
             )
         return written
-
-    def record_failure(
-        self,
-        job: ClaimedJob,
-        error: lifecycle.ErrorInfo,
-        *,
-        retry: bool = True,
-        cancel: bool = False,
-    ) -> str | None:
-        """Write a failed attempt at once (``cancel``: a cancelled one). Returns the job's new
-        status, or None if lost."""
-        worker = self.worker
-        retry_in = worker.backoff(job.attempts) if retry and not cancel else None
-
-        def write() -> str | None:
-            return lifecycle.fail_or_retry(
-                self.database,
-                job,
-                error,
-                worker_id=self.worker_id,
-                retry_in=retry_in,
-                now=worker.now(),
-                cancel=cancel,
-            )
-
-        try:
-            try:
-                status = with_retry(worker, "fail", write)
-            except DatabaseError as exc:
-                if worker.forced:
-                    raise
-                # A handler can leave its connection (this thread's) in a session state that
-                # refuses the queue's writes: SET search_path, SET
-                # default_transaction_read_only, PRAGMA query_only... A new connection has
-                # none of it; without one, every later job of this thread lost its outcome.
-                logger.warning(
-                    "Worker %s: could not record the failure of job id=%s (%s: %s); "
-                    "retrying on a new database connection",
-                    self.worker_id,
-                    job.id,
-                    type(exc).__name__,
-                    exc,
-                    extra=extra_for(job),
-                )
-                reset_connection(self.database)
-                status = with_retry(worker, "fail", write)
-        finally:
-            self.held.discard([job.id])
-        if status is None:
-            self.lost(job)
-            return None
-        if status == JobStatus.CANCELLED:
-            self.jobs_cancelled += 1
-            logger.info(
-                "Job id=%s type=%s attempt %d cancelled (%s: %s)",
-                job.id,
-                job.type,
-                job.attempts,
-                error.exception_class,
-                error.message,
-                extra=extra_for(job),
-            )
-            return status
-        self.jobs_failed += 1
-        if status != JobStatus.FAILED:
-            self.jobs_retried += 1
-        worker.stats.failed(job.queue, retried=status != JobStatus.FAILED)
-        if status == JobStatus.SCHEDULED and retry_in is not None:
-            worker.staging.retry_scheduled(retry_in)
-        if status == JobStatus.FAILED:
-            logger.error(
-                "Job id=%s type=%s failed for good after attempt %d/%d: %s: %s",
-                job.id,
-                job.type,
-                job.attempts,
-                job.max_attempts,
-                error.exception_class,
-                error.message,
-                extra=extra_for(job),
-            )
-        else:
-            logger.warning(
-                "Job id=%s type=%s attempt %d/%d failed (%s: %s); retry in %.1fs",
-                job.id,
-                job.type,
-                job.attempts,
-                job.max_attempts,
-                error.exception_class,
-                error.message,
-                retry_in,
-                extra=extra_for(job),
-            )
-        return status
-
-    def record_interrupted(self, running: list[ClaimedJob]) -> None:
-        """After a forced stop: record each running job's attempt as failed at once (retried
-        or failed by its attempts), rather than leaving it to its lease. Fenced by worker
-        and attempt, like every outcome: a job this worker no longer holds is left alone."""
-        recorded = 0
-        for job in running:
-            error = lifecycle.ErrorInfo.from_exception(
-                JobInterruptedError(f"interrupted by a forced stop of worker {self.worker_id}")
-            )
-            try:
-                status = self.record_failure(job, error)
-            except Exception as exc:  # the database is gone: the lease is the fallback
-                logger.warning(
-                    "Worker %s could not record the interrupted job id=%s (%s: %s): left to "
-                    "its lease",
-                    self.worker_id,
-                    job.id,
-                    type(exc).__name__,
-                    exc,
-                    extra=extra_for(job),
-                )
-                continue
-            if status is None:
-                continue
-            recorded += 1
-            try:
-                handler = registry.get(job.type)
-            except Exception:  # noqa: S112 - no handler: no hook to call
-                continue
-            context = job_context(job, self.worker_id, self.database)
-            call_hook(self.worker_id, handler.on_finish, context, status, error)
-        logger.warning(
-            "Worker %s forced to stop: %d running job(s) interrupted, %d recorded at once%s",
-            self.worker_id,
-            len(running),
-            recorded,
-            "" if recorded == len(running) else " (the others are left to lease expiry)",
-        )
-
-    def lost(self, job: ClaimedJob) -> None:
-        logger.warning(
-            "Job id=%s type=%s attempt=%d: outcome not recorded, this worker no longer holds "
-            "the job (its lease expired and another worker or an operator took it over)",
-            job.id,
-            job.type,
-            job.attempts,
-            extra=extra_for(job),
-        )

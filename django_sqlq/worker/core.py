@@ -1,5 +1,7 @@
-"""The worker: ``Worker`` composes the parts that claim jobs, run their handlers, write
-their outcomes and keep their leases alive, and runs them until stopped.
+"""The worker: ``Worker`` builds the parts that claim jobs, run their handlers, write
+their outcomes and keep their leases alive, wires them together, and runs them until
+stopped. Each part gets the ``WorkerContext`` (``context``) and the siblings it works
+with, never the ``Worker``.
 
 Threads, each with its own database connection:
 
@@ -7,13 +9,13 @@ Threads, each with its own database connection:
   there are free slots, in one statement, puts them in the runner pool's inbox, and has
   the completer (``completer``) write the completions the runners buffered;
 - ``concurrency`` runner threads (``pool``) run handlers (``invoke``) and write each failed
-  attempt at once (fenced by worker id and attempt number);
+  attempt at once (``failures``; fenced by worker id and attempt number);
 - the maintenance services (``maintenance``): the heartbeat renews the leases of all the
   jobs this worker holds in one statement (until the last running job is finished, also
   after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs;
   the job controls read the cancel requests (twice a second) and write the handlers'
-  progress (once a second);
-  the pruner deletes finished jobs older than ``KEEP_FINISHED``.
+  progress (once a second); the ticker enqueues the recurring jobs' ticks; the pruner
+  deletes finished jobs older than ``KEEP_FINISHED``.
 
 Signal handlers (``signals``) only set an event. On stop the worker claims nothing more,
 lets running jobs finish, gives back jobs it claimed but did not start, and returns. A
@@ -28,7 +30,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -37,34 +38,35 @@ from django.db import DatabaseError, connections
 
 from django_sqlq import lifecycle, registry, validation
 from django_sqlq.conf import Settings, get_settings
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.models import WorkerProcess
 from django_sqlq.worker.claimer import Claimer
 from django_sqlq.worker.completer import Completer
+from django_sqlq.worker.context import Clock, Counts, HeldJobs, WorkerContext
+from django_sqlq.worker.failures import FailureWriter
 from django_sqlq.worker.maintenance import (
     Heartbeat,
-    HeldJobs,
     JobControls,
     Pruner,
     Reaper,
+    Scheduler,
     Service,
     Tidier,
 )
-from django_sqlq.worker.maintenance.scheduler import Scheduler
 from django_sqlq.worker.pool import RunnerPool
 from django_sqlq.worker.queuecontrol import QueueControl
 from django_sqlq.worker.signals import ForcedStop, worker_signals
 from django_sqlq.worker.staging import Stager
 from django_sqlq.worker.startup import WorkerError, check_ready, unreachable
 from django_sqlq.worker.stats import WorkerStats
+from django_sqlq.worker.summary import Summary
 
 logger = logging.getLogger("django_sqlq.worker")
 # A line per job (started: DEBUG, finished: INFO). sqlq_worker shows them from -v 2; at the
 # default verbosity a summary line every SUMMARY_INTERVAL seconds stands in for them.
 job_logger = logging.getLogger("django_sqlq.worker.jobs")
 
-Clock = Callable[[], datetime]
-
-__all__ = ["Clock", "Worker", "WorkerError", "default_worker_id", "unreachable"]
+__all__ = ["Worker", "WorkerError", "default_worker_id", "unreachable"]
 
 
 def default_worker_id() -> str:
@@ -134,24 +136,70 @@ class Worker:
             conf.backoff_function()  # a policy that cannot be imported: an error at start
         self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
 
-        self.stop_event = threading.Event()
-        self.wakeup = threading.Event()
-        self.forced = False  # a second signal: writes are tried once, running jobs abandoned
+        # What every part shares (frozen: the attributes above are not changed later).
+        self.context = context = WorkerContext(
+            worker_id=self.worker_id,
+            database=self.database,
+            conf=conf,
+            queues=self.queues,
+            exclude_queues=self.exclude_queues,
+            concurrency=concurrency,
+            poll_interval=self.poll_interval,
+            lease_seconds=self.lease_seconds,
+            max_jobs=max_jobs,
+            clock=clock,
+        )
+        self.stop_event = context.stop_event
+        self.wakeup = context.wakeup
 
-        # The parts, each in a module of its own (see the package docstring).
-        self.held = HeldJobs()
-        self.controls = JobControls(self)
-        self.queue_control = QueueControl(self, queue_limits)
-        self.stats = WorkerStats()  # per queue, for the Prometheus view (django_sqlq.metrics)
-        self.staging = Stager(self)
-        self.completer = Completer(self)
-        self.pool = RunnerPool(self)
-        self.tidier = Tidier(self)
-        self.reaper = Reaper(self)
-        self.heartbeat = Heartbeat(self)
-        self.claimer = Claimer(self)
-        self.pruner = Pruner(self)
-        self.scheduler = Scheduler(self)  # recurring jobs (SQLQ["SCHEDULE"], @handler(cron=))
+        # The parts, each in a module of its own (see the package docstring), given the
+        # context and the siblings they work with.
+        self.held = held = HeldJobs()
+        self.counts = counts = Counts()
+        self.stats = stats = WorkerStats()  # per queue, for the Prometheus view (metrics)
+        running: dict[int, ClaimedJob] = {}  # the jobs running now, by id
+        self.controls = JobControls(context, held=held, running=running)
+        self.queue_control = QueueControl(context, queue_limits)
+        self.staging = Stager(context)
+        self.failures = FailureWriter(
+            context,
+            held=held,
+            counts=counts,
+            stats=stats,
+            backoff=self.backoff,
+            retry_scheduled=self.staging.retry_scheduled,
+        )
+        self.completer = Completer(
+            context, held=held, counts=counts, stats=stats, failures=self.failures
+        )
+        self.pool = RunnerPool(
+            context,
+            completer=self.completer,
+            failures=self.failures,
+            controls=self.controls,
+            queue_control=self.queue_control,
+            held=held,
+            stats=stats,
+            running=running,
+        )
+        self.tidier = Tidier(context)
+        self.reaper = Reaper(context)
+        self.heartbeat = Heartbeat(
+            context, held=held, reaper=self.reaper, counts=counts, stats=stats
+        )
+        self.summary = Summary(self.worker_id, counts, running)
+        self.claimer = Claimer(
+            context,
+            pool=self.pool,
+            completer=self.completer,
+            staging=self.staging,
+            queue_control=self.queue_control,
+            held=held,
+            tidier=self.tidier,
+            summary=self.summary,
+        )
+        self.pruner = Pruner(context)
+        self.scheduler = Scheduler(context)  # recurring jobs (SQLQ["SCHEDULE"], @handler(cron=))
         # Maintenance started with the runners, stopped once they are done.
         self.services: list[Service] = [self.heartbeat, self.controls, self.pruner, self.scheduler]
 
@@ -160,27 +208,35 @@ class Worker:
         return self.claimer.jobs_claimed
 
     @property
-    def claims(self) -> int:
-        """Claim statements run."""
-        return self.claimer.claims
-
-    @property
     def jobs_done(self) -> int:
-        return self.completer.jobs_done
+        return self.counts.done
 
     @property
     def jobs_failed(self) -> int:
         """Failed attempts, retried or not."""
-        return self.completer.jobs_failed
+        return self.counts.failed
 
     @property
     def jobs_retried(self) -> int:
         """Failed attempts that will be retried."""
-        return self.completer.jobs_retried
+        return self.counts.retried
+
+    @property
+    def forced(self) -> bool:
+        """Whether a second signal came: database writes are tried once, running jobs
+        abandoned."""
+        return self.context.forced.is_set()
+
+    @forced.setter
+    def forced(self, value: bool) -> None:
+        if value:
+            self.context.forced.set()
+        else:
+            self.context.forced.clear()
 
     def now(self) -> datetime | None:
         """The injected clock, or None: the database's clock."""
-        return self.clock() if self.clock is not None else None
+        return self.context.now()
 
     def stop(self) -> None:
         """Ask the worker to stop gracefully (what SIGTERM does). Safe from any thread."""
@@ -216,7 +272,7 @@ class Worker:
                 try:
                     self.reaper.reap()
                     self.queue_control.start()
-                    self.claimer.summary.start()
+                    self.summary.start()
                     if self.on_ready is not None:
                         self.on_ready(self)  # sqlq_worker prints the ready line itself
                     else:
@@ -229,14 +285,14 @@ class Worker:
                     # jobs is what it cancels; the except clause below does the rest.
                     self.stop_event.set()
                     if not self.forced:
-                        self.claimer.release_unstarted()
+                        self.pool.release_unstarted()
                         self.pool.stop()
                         self.completer.flush(force=True)
                         self.tidier.join()
         except ForcedStop:
             forced = True
             self.forced = True  # from here on, database writes are tried once, not retried
-            self.claimer.release_unstarted()
+            self.pool.release_unstarted()
             try:
                 # Finished jobs are not lost, if the database answers.
                 self.completer.flush(force=True)
@@ -252,7 +308,7 @@ class Worker:
             else:
                 # Out of the except clause: the tasks framework's task_finished logging
                 # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
-                self.completer.record_interrupted(list(self.pool.running.values()))
+                self.failures.record_interrupted(list(self.pool.running.values()))
             self._unregister()
             connections.close_all()
         # "gracefully": its running jobs were finished and the rest given back (the word
@@ -264,9 +320,9 @@ class Worker:
             self.jobs_done,
             self.jobs_failed - self.jobs_retried,
             self.jobs_retried,
-            self.completer.jobs_cancelled,
+            self.counts.cancelled,
         )
-        return self.jobs_done + self.jobs_failed + self.completer.jobs_cancelled
+        return self.jobs_done + self.jobs_failed + self.counts.cancelled
 
     def _check_ready(self) -> None:
         """Raise WorkerError unless this worker can start (sqlq_worker --processes checks

@@ -1,64 +1,79 @@
 """The runner pool: ``concurrency`` threads that take claimed jobs from the inbox, run
-their handlers and hand each outcome to the completer (Solid Queue's ``Pool``).
+their handlers and hand each completion to the completer, each failure to the failure
+writer (Solid Queue's ``Pool``).
 
 Owns the count of jobs in hand (claimed and not yet finished, waiting or running), the
-jobs running now, and the recent average run time the claimer sizes its prefetch by. A
+jobs running now, and the recent average run time the claimer sizes its prefetch by; on
+stop, it gives back the claimed jobs no runner has started. A
 runner wakes the main thread when there is something for it to do: room to claim, a batch
 of completions to write, or a first completion to schedule a flush for.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
+import queue as queue_module
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.db import connections
-from django.utils import timezone, translation
+from django.db import DatabaseError, connections
 
 from django_sqlq import lifecycle, registry, tracing
 from django_sqlq.control import JobControl
 from django_sqlq.db.columns import ClaimedJob
-from django_sqlq.exceptions import JobCancelled, LeaseLostError, PayloadError
+from django_sqlq.exceptions import JobCancelled
 from django_sqlq.jobcontext import call_hook, job_context
-from django_sqlq.jsoncodec import decode_json, encode_json
 from django_sqlq.logs import extra_for
-from django_sqlq.worker.atomic import ResultRefused, run_atomic
-from django_sqlq.worker.completer import FLUSH_BATCH, Done
+from django_sqlq.worker.completer import FLUSH_BATCH, Completer, Done
+from django_sqlq.worker.context import HeldJobs, WorkerContext
+from django_sqlq.worker.dbretry import with_retry
+from django_sqlq.worker.failures import FailureWriter
 from django_sqlq.worker.inbox import STOP, Inbox
 from django_sqlq.worker.invoke import (
-    check_connections,
     close_event_loop,
-    context_changed,
-    invoke,
+    run_handler,
     thread_state,
-    tidy_connections,
 )
+from django_sqlq.worker.maintenance.jobcontrols import JobControls
 from django_sqlq.worker.maintenance.service import join
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from django_sqlq.worker.queuecontrol import QueueControl
+from django_sqlq.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_sqlq.worker")
 job_logger = logging.getLogger("django_sqlq.worker.jobs")
 
 
 class RunnerPool:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.worker_id = worker.worker_id
-        self.database = worker.database
-        self.conf = worker.conf
-        self.concurrency = worker.concurrency
-        self.completer = worker.completer
-        self._stopping = worker.stop_event
-        self._wakeup = worker.wakeup
+    def __init__(
+        self,
+        context: WorkerContext,
+        *,
+        completer: Completer,
+        failures: FailureWriter,
+        controls: JobControls,
+        queue_control: QueueControl,
+        held: HeldJobs,
+        stats: WorkerStats,
+        running: dict[int, ClaimedJob],
+    ) -> None:
+        self.context = context
+        self.worker_id = context.worker_id
+        self.database = context.database
+        self.conf = context.conf
+        self.concurrency = context.concurrency
+        self.completer = completer
+        self.failures = failures
+        self.controls = controls
+        self.queue_control = queue_control
+        self.held = held
+        self.stats = stats
+        self._stopping = context.stop_event
+        self._wakeup = context.wakeup
         self.inbox = Inbox()
         self.busy = 0  # claimed and not yet finished (waiting in the inbox or running)
         self.busy_lock = threading.Lock()
-        self.running: dict[int, ClaimedJob] = {}
+        self.running = running  # the jobs running now, by id (shared with the job controls)
         self.avg_runtime: float | None = None
         self.refill_at = 0  # the claimer sets it: wake it when busy falls to this level
         self._threads: list[threading.Thread] = []
@@ -78,6 +93,49 @@ class RunnerPool:
         for thread in self._threads:
             join(thread)
 
+    def release_unstarted(self) -> None:
+        """On stop: give back the claimed jobs no runner has started (their attempt is not
+        counted)."""
+        context = self.context
+        unstarted: list[ClaimedJob] = []
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue_module.Empty:
+                break
+            if item is not STOP:
+                unstarted.append(item)
+        if not unstarted:
+            return
+        ids = [job.id for job in unstarted]
+        try:
+            released = with_retry(
+                context,
+                "release",
+                lambda: lifecycle.release(
+                    self.database, ids, worker_id=self.worker_id, now=context.now()
+                ),
+            )
+        except DatabaseError:
+            logger.exception(
+                "Worker %s could not give back jobs %s",
+                self.worker_id,
+                ids,
+                extra={"job_ids": ids},
+            )
+            return
+        self.held.discard(ids)
+        self.queue_control.finished(job.queue for job in unstarted)
+        with self.busy_lock:
+            self.busy -= len(unstarted)
+        logger.info(
+            "Worker %s gave back %d unstarted job(s): %s",
+            self.worker_id,
+            released,
+            ids,
+            extra={"job_ids": ids},
+        )
+
     def _runner(self) -> None:
         # This thread's wrapper of every database (none is opened here): what the handlers
         # run in this thread can use, and what tidy_connections checks after each job.
@@ -90,7 +148,7 @@ class RunnerPool:
                 if self._stopping.is_set():
                     # Claimed but not started: give it back rather than start it now.
                     self.inbox.put(job)
-                    self.worker.claimer.release_unstarted()
+                    self.release_unstarted()
                     continue
                 try:
                     self._process(job)
@@ -105,10 +163,10 @@ class RunnerPool:
                         job.id,
                         extra=extra_for(job),
                     )
-                    self.worker.held.discard([job.id])
+                    self.held.discard([job.id])
                 finally:
-                    if self.worker.queue_control.counting:  # --queue NAME:N only
-                        self.worker.queue_control.finished((job.queue,))
+                    if self.queue_control.counting:  # --queue NAME:N only
+                        self.queue_control.finished((job.queue,))
                     with self.busy_lock:
                         self.busy -= 1
                         busy = self.busy
@@ -136,7 +194,7 @@ class RunnerPool:
 
     def _process_untraced(self, job: ClaimedJob) -> tuple[str, Any]:
         self.running[job.id] = job
-        control = self.worker.controls.begin(job.id, job.attempts)
+        control = self.controls.begin(job.id, job.attempts)
         started_wall = time.time()
         started = time.monotonic()
         if job_logger.isEnabledFor(logging.DEBUG):
@@ -169,15 +227,15 @@ class RunnerPool:
                             handler.on_start,
                             job_context(job, self.worker_id, self.database, control),
                         )
-                    outcome, value = self._call_handler(job, handler, control)
+                    outcome, value = run_handler(job, handler, control, self.context)
         finally:
             self.running.pop(job.id, None)
-            self.worker.controls.end(control)
+            self.controls.end(control)
         elapsed = time.monotonic() - started
         self.avg_runtime = (
             elapsed if self.avg_runtime is None else 0.8 * self.avg_runtime + 0.2 * elapsed
         )
-        self.worker.stats.ran(job.queue, job.scheduled_at, started_wall, elapsed)
+        self.stats.ran(job.queue, job.scheduled_at, started_wall, elapsed)
         if outcome == "completed" and handler is not None:
             # Buffered for the main thread to write in batches (Completer.flush). Appended
             # here rather than through a method of the completer: a call per job costs.
@@ -206,7 +264,7 @@ class RunnerPool:
         # Cancelled while it ran (whatever the handler raised: JobCancelled at a checkpoint,
         # CancelledError in an async task, or any error), or cancelled by its own handler.
         cancel = control.cancelled or isinstance(value.exception, JobCancelled)
-        status = self.completer.record_failure(job, value, retry=retry, cancel=cancel)
+        status = self.failures.record(job, value, retry=retry, cancel=cancel)
         if status is not None and handler is not None:
             context = job_context(job, self.worker_id, self.database, control)
             call_hook(self.worker_id, handler.on_finish, context, status, value)
@@ -228,101 +286,6 @@ class RunnerPool:
         result, status = value
         self.completer.committed(Done(job, result, handler, elapsed), status)
         return "completed", result
-
-    def _call_handler(
-        self, job: ClaimedJob, handler: registry.Handler, control: JobControl
-    ) -> tuple[str, Any]:
-        """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
-        attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not.
-        An atomic handler's: ("committed", (result, status)) once its completion committed
-        with its writes, or ("lost", ErrorInfo) when the fence refused it (rolled back)."""
-        context_before = contextvars.copy_context()
-        try:
-            payload = decode_json(job.payload)
-            args: tuple[Any, ...] = (payload,)
-            if handler.takes_context:
-                args += (job_context(job, self.worker_id, self.database, control),)
-            # The job's own timeout, else its handler's, read here in the worker (which
-            # imported the handler) rather than at enqueue (where it may not be).
-            timeout = job.timeout if job.timeout is not None else handler.timeout
-            if handler.atomic:
-                committed = invoke(
-                    self._atomic_call(job, handler, control),
-                    args,
-                    timeout,
-                    is_async=False,
-                    control=control,
-                    atomic_alias=self.database,
-                )
-                check_connections()
-                return "committed", committed
-            result = invoke(
-                handler.func, args, timeout, is_async=handler.is_async, control=control
-            )
-            check_connections()
-        except LeaseLostError as exc:
-            tidy_connections()
-            return "lost", lifecycle.ErrorInfo.from_exception(exc)
-        except ResultRefused as exc:
-            tidy_connections()
-            error = _refused(exc.error, atomic=True)
-            return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
-        except BaseException as exc:
-            tidy_connections()
-            return "failed", lifecycle.ErrorInfo.from_exception(exc)
-        finally:
-            # A language or time zone a handler activated (translation.activate(user's
-            # language), as an e-mail job does) stays with the thread, so the next job of
-            # this thread ran with it: its e-mail went out in the previous user's language.
-            # Both live in context variables (asgiref's Local): reset them when the handler
-            # changed any. (Resetting unconditionally cost ~10 us a job, a fifth of a no-op
-            # job's time.)
-            if context_changed(context_before):
-                translation.deactivate()
-                timezone.deactivate()
-        # The same checks as a payload's, size limit included: a result the database would
-        # refuse fails the job instead of the write of a batch of completions. For good: the
-        # work is done and only its record is impossible; running it again would repeat its
-        # side effects and end the same way.
-        if result is not None:
-            try:
-                encode_json(
-                    result, what="handler's return value", limit=self.conf.MAX_PAYLOAD_BYTES
-                )
-            except PayloadError as exc:
-                return "failed_for_good", lifecycle.ErrorInfo.from_exception(_refused(exc))
-        return "completed", result
-
-    def _atomic_call(self, job: ClaimedJob, handler: registry.Handler, control: JobControl) -> Any:
-        """The function invoke() runs for an atomic handler, in the handler's thread."""
-
-        def call(*args: Any) -> tuple[Any, str]:
-            return run_atomic(
-                handler.func,
-                *args,
-                alias=self.database,
-                job=job,
-                worker_id=self.worker_id,
-                now=self.worker.now,
-                max_result_bytes=self.conf.MAX_PAYLOAD_BYTES,
-                control=control,
-            )
-
-        return call
-
-
-def _refused(exc: PayloadError, *, atomic: bool = False) -> PayloadError:
-    """The error of a handler whose return value cannot be stored."""
-    why = (
-        "its writes were rolled back, and running it again would return the same"
-        if atomic
-        else "running it again would repeat its work"
-    )
-    return PayloadError(
-        f"{exc} The handler ran to the end; the job is failed without retry, as {why} "
-        "(return only what JSON can hold: convert datetimes, sets... or store large data "
-        "elsewhere)."
-    )
 
 
 def _describe(value: Any) -> str:

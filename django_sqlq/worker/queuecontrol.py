@@ -1,4 +1,4 @@
-"""The worker's view of the operator's queue controls (issue 15): which queues are paused,
+"""The worker's view of the operator's queue controls: which queues are paused,
 and the per-queue limits the claim must respect.
 
 - Paused queues (``sqlq_queue.paused``, set by ``pause_queue()``, ``sqlq_queue pause`` or
@@ -17,15 +17,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from django_sqlq.db import ops_for
 from django_sqlq.limits import QueueLimit
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from django_sqlq.worker.context import WorkerContext
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -37,18 +34,20 @@ WOKEN_REFRESH_INTERVAL = 0.1
 
 
 class QueueControl:
-    def __init__(self, worker: Worker, local_limits: Mapping[str, int] | None = None) -> None:
-        self.worker = worker
+    def __init__(
+        self, context: WorkerContext, local_limits: Mapping[str, int] | None = None
+    ) -> None:
+        self.context = context
         self.local_limits = dict(local_limits or {})
-        served = worker.queues
-        limits = worker.conf.QUEUE_LIMITS
+        served = context.queues
+        limits = context.conf.QUEUE_LIMITS
         #: The global limits of the queues this worker may claim from, or None.
         self.limits: dict[str, QueueLimit] | None = {
             name: limit for name, limit in limits.items() if served is None or name in served
         } or None
         self.paused: frozenset[str] = frozenset()
         #: What the claim leaves out: the worker's excluded queues and the paused ones.
-        self.exclude: tuple[str, ...] = worker.exclude_queues
+        self.exclude: tuple[str, ...] = context.exclude_queues
         self.checked = float("-inf")
         self.warned = False
         # Jobs in hand per queue (claimed, not finished): only counted for --queue NAME:N.
@@ -61,7 +60,7 @@ class QueueControl:
         lock (a queue's row holds its rate window)."""
         if self.limits:
             try:
-                ops_for(self.worker.database).ensure_queue_rows(list(self.limits))
+                ops_for(self.context.database).ensure_queue_rows(list(self.limits))
             except DatabaseError as exc:
                 logger.warning("Could not write the limited queues' rows: %s", exc)
         self.refresh(force=True)
@@ -74,7 +73,7 @@ class QueueControl:
             return False
         self.checked = time.monotonic()
         try:
-            paused = frozenset(ops_for(self.worker.database).paused_queues())
+            paused = frozenset(ops_for(self.context.database).paused_queues())
         except DatabaseError as exc:
             if not self.warned:
                 logger.warning(
@@ -85,7 +84,7 @@ class QueueControl:
                 self.warned = True
             return False
         if paused != self.paused:
-            served = self.worker.queues
+            served = self.context.queues
             shown = sorted(q for q in paused ^ self.paused if served is None or q in served)
             for name in shown:
                 logger.info(
@@ -95,7 +94,7 @@ class QueueControl:
                 )
             resumed = bool(self.paused - paused)
             self.paused = paused
-            self.exclude = tuple(dict.fromkeys([*self.worker.exclude_queues, *sorted(paused)]))
+            self.exclude = tuple(dict.fromkeys([*self.context.exclude_queues, *sorted(paused)]))
             return resumed
         return False
 

@@ -19,10 +19,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from typing import Any, Protocol
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -137,7 +134,16 @@ class ForcedStop(BaseException):
     """Raised in the main thread by a second SIGTERM/SIGINT."""
 
 
-def worker_signals(worker: Worker) -> contextlib.AbstractContextManager[None]:
+class Stoppable(Protocol):
+    """What the signals need of the worker (``Worker``)."""
+
+    worker_id: str
+    forced: bool
+
+    def stop(self) -> None: ...
+
+
+def worker_signals(worker: Stoppable) -> contextlib.AbstractContextManager[None]:
     """SIGTERM/SIGINT for ``worker``: the first asks for a graceful stop, the second
     forces it."""
 

@@ -8,21 +8,18 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from django_sqlq import lifecycle
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from django_sqlq.worker.context import WorkerContext
 
 # Scheduled jobs moved to pending per statement, oldest first, when their time has come.
 PROMOTE_BATCH = 1000
 
 
 class Stager:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.database = worker.database
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
+        self.database = context.database
         self.due_at = 0.0  # time.monotonic() when the next scheduled job is due
         self.checked = 0.0  # when due_at was last read from the database
         # The earliest retry this worker's runners scheduled since due_at was last read: a
@@ -38,7 +35,7 @@ class Stager:
             self._learn_next_due()
         if time.monotonic() < self.due_at:
             return
-        moved = lifecycle.promote(self.database, limit=PROMOTE_BATCH, now=self.worker.now())
+        moved = lifecycle.promote(self.database, limit=PROMOTE_BATCH, now=self.context.now())
         if moved == PROMOTE_BATCH:
             self.due_at = 0.0  # more are due: promote again before the next claim
         else:
@@ -47,7 +44,7 @@ class Stager:
     def _learn_next_due(self) -> None:
         with self._lock:
             self.retry_due_at = math.inf  # retries written from here on may not be read
-        seconds = lifecycle.next_due_in(self.database, now=self.worker.now())
+        seconds = lifecycle.next_due_in(self.database, now=self.context.now())
         self.checked = time.monotonic()
         due_at = math.inf if seconds is None else self.checked + max(seconds, 0.0)
         with self._lock:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import threading
-import time
 from datetime import datetime
 from typing import Any
 
@@ -162,8 +161,3 @@ def seconds_between(value: Any, later: float, *, naive_is_utc: bool | None = Non
     else:
         stamp = parsed.timestamp()  # aware, or naive local time (Django sets the process's)
     return max(0.0, later - stamp)
-
-
-def seconds_since(value: Any) -> float | None:
-    """Seconds from ``value`` to now, by this host's clock (see :func:`seconds_between`)."""
-    return seconds_between(value, time.time())

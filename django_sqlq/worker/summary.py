@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sized
 
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from django_sqlq.worker.context import Counts
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -16,8 +15,10 @@ SUMMARY_INTERVAL = 5.0
 
 
 class Summary:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, worker_id: str, counts: Counts, running: Sized) -> None:
+        self.worker_id = worker_id
+        self.totals = counts  # the worker's, updated as jobs finish
+        self.running = running  # the jobs running now (the runner pool's)
         self.at = 0.0  # time.monotonic() of the last line (or of the start)
         self.counts = (0, 0, 0, 0)  # jobs done, failed, retried, cancelled at that time
 
@@ -26,8 +27,8 @@ class Summary:
 
     def next_at(self) -> float | None:
         """When the next line is due, or None while no job was finished since the last."""
-        worker = self.worker
-        finished = (worker.jobs_done, worker.jobs_failed, worker.completer.jobs_cancelled)
+        totals = self.totals
+        finished = (totals.done, totals.failed, totals.cancelled)
         if finished == (self.counts[0], self.counts[1], self.counts[3]):
             return None
         return self.at + SUMMARY_INTERVAL
@@ -38,13 +39,8 @@ class Summary:
         elapsed = now - self.at
         if elapsed < SUMMARY_INTERVAL:
             return
-        worker = self.worker
-        counts = (
-            worker.jobs_done,
-            worker.jobs_failed,
-            worker.jobs_retried,
-            worker.completer.jobs_cancelled,
-        )
+        totals = self.totals
+        counts = (totals.done, totals.failed, totals.retried, totals.cancelled)
         done, failed, retried, cancelled = (
             a - b for a, b in zip(counts, self.counts, strict=True)
         )
@@ -53,12 +49,12 @@ class Summary:
             logger.info(
                 "Worker %s: %d completed, %d failed, %d retried, %d cancelled in %.1fs "
                 "(%.1f jobs/s); %d running",
-                worker.worker_id,
+                self.worker_id,
                 done,
                 failed - retried,
                 retried,
                 cancelled,
                 elapsed,
                 (done + failed + cancelled) / elapsed,
-                len(worker.pool.running),
+                len(self.running),
             )

@@ -119,7 +119,7 @@ def test_on_stop_the_unstarted_jobs_are_given_back():
     worker.held.add([job.id])
     worker.pool.busy = 1
     worker.pool.inbox.put_many(claimed)
-    worker.claimer.release_unstarted()
+    worker.pool.release_unstarted()
     row = Job.objects.get(id=job.id)
     assert (row.status, row.attempts) == (JobStatus.PENDING, 0)  # the attempt is not counted
     assert worker.pool.busy == 0

@@ -10,7 +10,8 @@ import pytest
 from django_sqlq import enqueue, lifecycle
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 from django_sqlq.worker import Worker
-from django_sqlq.worker.maintenance import HeldJobs, PeriodicService, Tidier
+from django_sqlq.worker.context import HeldJobs
+from django_sqlq.worker.maintenance import PeriodicService, Tidier
 from django_sqlq.worker.maintenance import tidier as tidier_module
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -54,7 +55,7 @@ def test_a_periodic_service_ticks_in_its_thread_until_stopped():
 
 
 def test_the_tidier_starts_after_tidy_every_claims_and_not_while_too_soon(monkeypatch):
-    tidier = Tidier(Worker())
+    tidier = Tidier(Worker().context)
     tidier.off = False  # as on PostgreSQL
     started = []
     monkeypatch.setattr(tidier, "start", lambda: started.append(True))
@@ -71,7 +72,7 @@ def test_the_tidier_starts_after_tidy_every_claims_and_not_while_too_soon(monkey
 
 
 def test_a_quiet_queue_is_tidied_once_after_enough_claims(monkeypatch):
-    tidier = Tidier(Worker())
+    tidier = Tidier(Worker().context)
     tidier.off = False  # as on PostgreSQL
     started = []
     monkeypatch.setattr(tidier, "start", lambda: started.append(True))
@@ -89,7 +90,7 @@ def test_a_quiet_queue_is_tidied_once_after_enough_claims(monkeypatch):
 
 
 def test_the_tidier_never_starts_where_nothing_needs_it(monkeypatch):
-    tidier = Tidier(Worker())
+    tidier = Tidier(Worker().context)
     tidier.off = True  # as on SQLite
     monkeypatch.setattr(tidier_module, "TIDY_EVERY", 1)
     monkeypatch.setattr(tidier, "start", lambda: pytest.fail("started"))
@@ -107,7 +108,7 @@ def test_a_heartbeat_renews_the_held_leases_and_the_worker_row():
     )
     assert {job.id for job in claimed} == {held.id, other.id}
     worker.held.add([held.id])  # the other one is no longer tracked: it is left to expire
-    worker.completer.jobs_done = 4
+    worker.counts.done = 4
     clock.now = T0 + timedelta(seconds=20)
     worker.heartbeat.tick()
     held.refresh_from_db()

@@ -1,34 +1,35 @@
 """The worker's maintenance duties, one module each (River's ``internal/maintenance/``).
 
-- ``heartbeat``: renews the leases of the jobs this worker holds (``HeldJobs``) and its
-  row in the workers table; runs the reaper.
+- ``heartbeat``: renews the leases of the jobs this worker holds and its row in the
+  workers table; runs the reaper.
 - ``reaper``: returns expired leases (of dead workers) to the queue.
 - ``tidier``: PostgreSQL's VACUUM of the jobs table after many claims.
-- ``control``: the cancel requests among the running jobs, and their progress.
-- ``scheduler``: enqueues the ticks of recurring jobs, each once across all workers.
+- ``jobcontrols``: the cancel requests among the running jobs, and their progress.
+- ``ticks``: enqueues the ticks of recurring jobs, each once across all workers.
 - ``pruner``: deletes finished jobs older than ``KEEP_FINISHED`` (one pruner at a time
   across all workers, by a lease in the maintenance table).
 - ``service``: the ``Service``/``PeriodicService`` base, one thread and one start/stop.
 
-A new duty (such as the pruner of finished jobs) is a
-``PeriodicService`` in a module of its own here, listed in ``Worker.services``: the worker
-starts these with its runners and stops them once the runners are done.
+A new duty is a ``PeriodicService`` in a module of its own here, given a
+``WorkerContext`` and what else it needs by ``Worker``, and listed in ``Worker.services``:
+the worker starts these with its runners and stops them once the runners are done.
 """
 
-from django_sqlq.worker.maintenance.control import JobControls
-from django_sqlq.worker.maintenance.heartbeat import Heartbeat, HeldJobs
+from django_sqlq.worker.maintenance.heartbeat import Heartbeat
+from django_sqlq.worker.maintenance.jobcontrols import JobControls
 from django_sqlq.worker.maintenance.pruner import Pruner
 from django_sqlq.worker.maintenance.reaper import Reaper
 from django_sqlq.worker.maintenance.service import PeriodicService, Service
+from django_sqlq.worker.maintenance.ticks import Scheduler
 from django_sqlq.worker.maintenance.tidier import Tidier
 
 __all__ = [
     "Heartbeat",
-    "HeldJobs",
     "JobControls",
     "PeriodicService",
     "Pruner",
     "Reaper",
+    "Scheduler",
     "Service",
     "Tidier",
 ]

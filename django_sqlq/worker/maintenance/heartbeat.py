@@ -10,55 +10,41 @@ or another worker would take them over mid-run.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from django_sqlq import lifecycle
 from django_sqlq.models import WorkerProcess
+from django_sqlq.worker.context import Counts, HeldJobs, WorkerContext
+from django_sqlq.worker.dbretry import reset_connection
+from django_sqlq.worker.maintenance.reaper import Reaper
 from django_sqlq.worker.maintenance.service import PeriodicService
-from django_sqlq.worker.retry import reset_connection
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from django_sqlq.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_sqlq.worker")
-
-
-class HeldJobs:
-    """The ids of the jobs this worker holds: claimed, and their outcome not yet written (or
-    given up on). The heartbeat renews these leases and no others, so a job the worker lost
-    track of (a claim whose reply never arrived, an outcome that could not be written) is
-    not kept alive forever: its lease runs out and the reaper frees it."""
-
-    def __init__(self) -> None:
-        self._ids: set[int] = set()
-        self._lock = threading.Lock()
-
-    def add(self, ids: Iterable[int]) -> None:
-        with self._lock:
-            self._ids.update(ids)
-
-    def discard(self, ids: Iterable[int]) -> None:
-        with self._lock:
-            self._ids.difference_update(ids)
-
-    def sorted(self) -> list[int]:
-        with self._lock:
-            return sorted(self._ids)
 
 
 class Heartbeat(PeriodicService):
     name = "heartbeat"
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(
+        self,
+        context: WorkerContext,
+        *,
+        held: HeldJobs,
+        reaper: Reaper,
+        counts: Counts,
+        stats: WorkerStats,
+    ) -> None:
         super().__init__()
-        self.worker = worker
-        self.interval = max(0.05, min(worker.lease_seconds / 3, 10.0))
-        self.reap_every = max(self.interval, min(worker.lease_seconds / 2, 30.0))
+        self.context = context
+        self.held = held
+        self.reaper = reaper
+        self.counts = counts
+        self.stats = stats
+        self.interval = max(0.05, min(context.lease_seconds / 3, 10.0))
+        self.reap_every = max(self.interval, min(context.lease_seconds / 2, 30.0))
         self.last_reap = 0.0
 
     def run(self) -> None:
@@ -66,31 +52,31 @@ class Heartbeat(PeriodicService):
         super().run()
 
     def tick(self) -> None:
-        worker = self.worker
+        context = self.context
         try:
-            held = worker.held.sorted()
+            held = self.held.sorted()
             if held:
                 lifecycle.extend_leases(
-                    worker.database,
-                    worker_id=worker.worker_id,
-                    lease_seconds=worker.lease_seconds,
-                    now=worker.now(),
+                    context.database,
+                    worker_id=context.worker_id,
+                    lease_seconds=context.lease_seconds,
+                    now=context.now(),
                     job_ids=held,
                 )
-            WorkerProcess.objects.using(worker.database).heartbeat(
-                worker.worker_id,
-                jobs_done=worker.jobs_done,
-                jobs_failed=worker.jobs_failed,
-                stats=worker.stats.as_json(),
+            WorkerProcess.objects.using(context.database).heartbeat(
+                context.worker_id,
+                jobs_done=self.counts.done,
+                jobs_failed=self.counts.failed,
+                stats=self.stats.as_json(),
             )
             if time.monotonic() - self.last_reap >= self.reap_every:
                 self.last_reap = time.monotonic()
-                worker.reaper.reap()
+                self.reaper.reap()
         except DatabaseError as exc:
             logger.warning(
                 "Worker %s: heartbeat failed (%s: %s); will retry",
-                worker.worker_id,
+                context.worker_id,
                 type(exc).__name__,
                 exc,
             )
-            reset_connection(worker.database)
+            reset_connection(context.database)

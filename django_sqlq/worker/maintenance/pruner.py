@@ -6,16 +6,13 @@ hosts, and the others skip their turn. Nothing runs when every status is kept fo
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from django_sqlq import retention
+from django_sqlq.worker.context import WorkerContext
+from django_sqlq.worker.dbretry import reset_connection
 from django_sqlq.worker.maintenance.service import PeriodicService
-from django_sqlq.worker.retry import reset_connection
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -23,43 +20,43 @@ logger = logging.getLogger("django_sqlq.worker")
 class Pruner(PeriodicService):
     name = "prune"
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, context: WorkerContext) -> None:
         super().__init__()
-        self.worker = worker
-        self.interval = worker.conf.PRUNE_INTERVAL
+        self.context = context
+        self.interval = context.conf.PRUNE_INTERVAL
         self.last: retention.PruneResult | None = None
 
     def start(self) -> None:
-        if self.worker.conf.prunes:
+        if self.context.conf.prunes:
             super().start()
 
     def tick(self) -> None:
-        worker = self.worker
+        context = self.context
         try:
             result = retention.prune(
-                worker.database,
-                keep=worker.conf.KEEP_FINISHED,
-                holder=worker.worker_id,
-                now=worker.now(),
+                context.database,
+                keep=context.conf.KEEP_FINISHED,
+                holder=context.worker_id,
+                now=context.now(),
                 stop=self.stopping,
             )
         except retention.PrunerBusy as busy:
-            logger.debug("Worker %s: not pruning: %s", worker.worker_id, busy)
+            logger.debug("Worker %s: not pruning: %s", context.worker_id, busy)
             return
         except DatabaseError as exc:
             logger.warning(
                 "Worker %s: pruning finished jobs failed (%s: %s); will retry",
-                worker.worker_id,
+                context.worker_id,
                 type(exc).__name__,
                 exc,
             )
-            reset_connection(worker.database)
+            reset_connection(context.database)
             return
         self.last = result
         if result.total:  # routine: a DEBUG line (-v 3), one per pass that deleted jobs
             logger.debug(
                 "Worker %s: pruned %d finished job(s) (%s) in %.2fs",
-                worker.worker_id,
+                context.worker_id,
                 result.total,
                 ", ".join(f"{status} {n}" for status, n in result.deleted.items() if n),
                 result.seconds,

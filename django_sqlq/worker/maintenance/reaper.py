@@ -5,34 +5,31 @@ once as it starts, then from the heartbeat's thread."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from django_sqlq import lifecycle
 from django_sqlq.db import is_missing_table
 from django_sqlq.logs import job_extra
-from django_sqlq.worker.retry import reset_connection
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
+from django_sqlq.worker.context import WorkerContext
+from django_sqlq.worker.dbretry import reset_connection
 
 logger = logging.getLogger("django_sqlq.worker")
 
 
 class Reaper:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
 
     def reap(self) -> None:
-        worker = self.worker
+        context = self.context
         try:
-            reaped = lifecycle.reap(worker.database, now=worker.now())
+            reaped = lifecycle.reap(context.database, now=context.now())
         except DatabaseError as exc:
             if is_missing_table(exc):
                 raise
-            logger.warning("Worker %s: reaping expired leases failed: %s", worker.worker_id, exc)
-            reset_connection(worker.database)
+            logger.warning("Worker %s: reaping expired leases failed: %s", context.worker_id, exc)
+            reset_connection(context.database)
             return
         for job_id, job_type, status, attempts, queue in reaped:
             logger.warning(
@@ -44,4 +41,4 @@ class Reaper:
                 extra=job_extra(job_id, job_type, queue, attempts),
             )
         if reaped:
-            worker.wake()
+            context.wake()

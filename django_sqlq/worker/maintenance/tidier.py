@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from django_sqlq.db import ops_for
+from django_sqlq.worker.context import WorkerContext
 from django_sqlq.worker.maintenance.service import Service
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -32,10 +29,10 @@ QUIET_MIN = 100  # jobs claimed since the last VACUUM for a quiet queue's VACUUM
 class Tidier(Service):
     name = "tidy"
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, context: WorkerContext) -> None:
         super().__init__()
-        self.worker_id = worker.worker_id
-        self.database = worker.database
+        self.worker_id = context.worker_id
+        self.database = context.database
         self.off = not ops_for(self.database).needs_tidy
         self.since = 0  # jobs claimed since the last tidy
         self.after = 0.0  # time.monotonic() before which no tidy starts

@@ -1,4 +1,5 @@
-"""The scheduler: enqueues the ticks of recurring jobs (``django_sqlq.schedules``).
+"""The recurring-jobs ticker (``Scheduler``): enqueues the ticks of the recurring jobs
+(``django_sqlq.schedules``).
 
 Every worker runs it; there is no leader. At each pass it reads the newest recorded tick of
 every schedule (one query), enqueues the ones that are due (``schedules.due_tick``; the tick
@@ -26,12 +27,12 @@ from django.utils import timezone
 
 from django_sqlq import registry, schedules
 from django_sqlq.exceptions import SQLQError
+from django_sqlq.worker.context import WorkerContext
+from django_sqlq.worker.dbretry import reset_connection
 from django_sqlq.worker.maintenance.service import PeriodicService
-from django_sqlq.worker.retry import reset_connection
 
 if TYPE_CHECKING:
     from django_sqlq.schedules import Schedule
-    from django_sqlq.worker.core import Worker
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -44,12 +45,11 @@ STORED_POLL_SECONDS = 5.0  # how soon an edit in the admin is seen
 class Scheduler(PeriodicService):
     name = "scheduler"
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, context: WorkerContext) -> None:
         super().__init__()
-        self.worker = worker
+        self.context = context
         self.schedules: dict[str, Schedule] = {}
         self.watching_since: datetime | None = None
-        self.enqueued = 0  # ticks this worker won
         self.active = True  # False for a --burst worker: no ticks
         self.stored: dict[str, Schedule] = {}  # the database's, as of the last pass
         self.stored_since: dict[str, datetime] = {}  # when this worker began watching each
@@ -59,9 +59,9 @@ class Scheduler(PeriodicService):
 
     def now(self) -> datetime:
         """This host's clock (or the worker's injected one), aware: ticks are instants."""
-        if self.worker.clock is None:
+        if self.context.clock is None:
             return datetime.now(UTC)
-        now = self.worker.clock()
+        now = self.context.clock()
         return now if timezone.is_aware(now) else timezone.make_aware(now)
 
     def prepare(self, *, active: bool = True) -> None:
@@ -77,7 +77,7 @@ class Scheduler(PeriodicService):
         for schedule in self.schedules.values():
             logger.info(
                 "Worker %s: %s%s",
-                self.worker.worker_id,
+                self.context.worker_id,
                 schedules.describe(schedule, now),
                 "" if active else " (not run by a --burst worker)",
             )
@@ -94,15 +94,15 @@ class Scheduler(PeriodicService):
             except DatabaseError as exc:
                 logger.warning(
                     "Worker %s: enqueueing recurring jobs failed (%s: %s); trying again in %.0fs",
-                    self.worker.worker_id,
+                    self.context.worker_id,
                     type(exc).__name__,
                     exc,
                     RETRY_SECONDS,
                 )
-                reset_connection(self.worker.database)
+                reset_connection(self.context.database)
                 wait = RETRY_SECONDS
             except Exception:  # a bug must not end recurring jobs on this worker
-                logger.exception("Worker %s: the scheduler failed", self.worker.worker_id)
+                logger.exception("Worker %s: the scheduler failed", self.context.worker_id)
                 wait = RETRY_SECONDS
             self.stopping.wait(wait)
 
@@ -117,7 +117,7 @@ class Scheduler(PeriodicService):
             self.stored_since = {name: min(at, now) for name, at in self.stored_since.items()}
         # Where enqueue() writes jobs (SQLQ["DATABASE"]): the tick row must share the job's
         # transaction, whatever --database this worker serves.
-        database = self.worker.conf.DATABASE
+        database = self.context.conf.DATABASE
         self.read_stored(now, database=database)
         every = {**self.stored, **self.schedules}  # names are unique: read_stored saw to it
         if not every:
@@ -138,7 +138,7 @@ class Scheduler(PeriodicService):
                 # MAX_PAYLOAD_BYTES, its @task was removed...): say so, serve the others.
                 logger.error(
                     "Worker %s: schedule %s: cannot enqueue the tick of %s: %s",
-                    self.worker.worker_id,
+                    self.context.worker_id,
                     schedule.name,
                     tick.isoformat(),
                     exc,
@@ -146,7 +146,6 @@ class Scheduler(PeriodicService):
                 continue
             if job_id is None:
                 continue
-            self.enqueued += 1
             won.append((schedule.name, tick, job_id))
             missed = tick < since
             # A routine tick is a DEBUG line (-v 3): an every-second schedule would otherwise
@@ -154,14 +153,14 @@ class Scheduler(PeriodicService):
             logger.log(
                 logging.INFO if missed else logging.DEBUG,
                 "Worker %s: schedule %s: enqueued job %d for the tick of %s%s",
-                self.worker.worker_id,
+                self.context.worker_id,
                 schedule.name,
                 job_id,
                 tick.isoformat(),
                 " (missed while no worker ran)" if missed else "",
             )
         if won:
-            self.worker.wake()
+            self.context.wake()
         return won
 
     def read_stored(self, now: datetime, *, database: str) -> None:
@@ -178,7 +177,7 @@ class Scheduler(PeriodicService):
                 logger.warning(
                     "Worker %s: cannot read the schedules stored in the database (%s); "
                     "the others still run",
-                    self.worker.worker_id,
+                    self.context.worker_id,
                     problem,
                 )
             return
@@ -187,19 +186,19 @@ class Scheduler(PeriodicService):
             if self.stored.get(name) != schedule:
                 logger.info(
                     "Worker %s: %s (in the database)",
-                    self.worker.worker_id,
+                    self.context.worker_id,
                     schedules.describe(schedule, now),
                 )
         logged = set(self._logged_errors)
         for name, error in found.errors.items():
             if (name, error) not in logged:
-                logger.error("Worker %s: %s; not run", self.worker.worker_id, error)
+                logger.error("Worker %s: %s; not run", self.context.worker_id, error)
         self._logged_errors = set(found.errors.items())
         gone = set(self.stored) - set(found.schedules)
         for name in sorted(gone):
             logger.info(
                 "Worker %s: schedule %s was disabled or removed from the database",
-                self.worker.worker_id,
+                self.context.worker_id,
                 name,
             )
         self.stored = found.schedules

@@ -11,18 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from django.db import DatabaseError
 
 from django_sqlq.control import JobControl
 from django_sqlq.db import ops_for
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.logs import extra_for
+from django_sqlq.worker.context import HeldJobs, WorkerContext
+from django_sqlq.worker.dbretry import reset_connection
 from django_sqlq.worker.maintenance.service import PeriodicService
-from django_sqlq.worker.retry import reset_connection
-
-if TYPE_CHECKING:
-    from django_sqlq.worker.core import Worker
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -38,9 +37,13 @@ class JobControls(PeriodicService):
     name = "control"
     interval = CONTROL_INTERVAL
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(
+        self, context: WorkerContext, *, held: HeldJobs, running: Mapping[int, ClaimedJob]
+    ) -> None:
         super().__init__()
-        self.worker = worker
+        self.context = context
+        self.held = held
+        self.running_jobs = running  # the runner pool's, by id: for log lines
         # No lock on the runners' path (two calls a job): each step is one operation on a
         # dict, a set or a deque, atomic in CPython (also free-threaded).
         self._controls: dict[int, JobControl] = {}
@@ -78,25 +81,25 @@ class JobControls(PeriodicService):
             self.tick(final=True)  # the last progress of the last jobs
 
     def tick(self, *, final: bool = False) -> None:
-        worker = self.worker
+        context = self.context
         progress = self._progress(final=final)
         try:
-            ops = ops_for(worker.database)
+            ops = ops_for(context.database)
             if progress:
-                ops.write_progress(progress, worker_id=worker.worker_id, now=worker.now())
-            if not worker.held.sorted():
+                ops.write_progress(progress, worker_id=context.worker_id, now=context.now())
+            if not self.held.sorted():
                 self._requested = frozenset()  # nothing held: no request can apply
                 return
-            requested = ops.cancel_requests(worker_id=worker.worker_id)
+            requested = ops.cancel_requests(worker_id=context.worker_id)
         except DatabaseError as exc:
             logger.warning(
                 "Worker %s: reading cancel requests or writing progress failed (%s: %s); "
                 "will retry",
-                worker.worker_id,
+                context.worker_id,
                 type(exc).__name__,
                 exc,
             )
-            reset_connection(worker.database)
+            reset_connection(context.database)
             return
         self._request(requested)
 
@@ -120,7 +123,7 @@ class JobControls(PeriodicService):
         return progress
 
     def _extra(self, control: JobControl) -> dict[str, object]:
-        job = self.worker.pool.running.get(control.job_id)
+        job = self.running_jobs.get(control.job_id)
         if job is not None:
             return extra_for(job)
         return {"job_id": control.job_id, "job_attempt": control.attempt}
@@ -132,7 +135,7 @@ class JobControls(PeriodicService):
             if control.request_cancel():
                 logger.info(
                     "Worker %s: job id=%s was cancelled while it ran; its handler was told",
-                    self.worker.worker_id,
+                    self.context.worker_id,
                     control.job_id,
                     extra=self._extra(control),
                 )
