@@ -38,6 +38,11 @@ N = 1000
 END_LOOKS = 3
 #: The worker's default (conf.py); the tests' settings poll far more often.
 POLL_INTERVAL = 1.0
+# A job whose row the heartbeat's lease renewal holds at the instant its batch is written is
+# skipped by the batch statement (SKIP LOCKED, PostgreSQL) and written by the path that waits:
+# one more completion statement, a few times in a run on a loaded machine. A statement per job
+# would be a thousand more.
+SKIPPED_SLACK = 5
 
 
 class Statements:
@@ -134,7 +139,7 @@ def test_a_plain_drain_sends_one_claim_and_one_completion_per_batch(
     assert sum(claimed) == N
     assert claimed.count(0) <= END_LOOKS, claimed
     # One completion statement per batch written; every job is written in one of them.
-    assert statements.kinds["completion"] == len(written)
+    assert len(written) <= statements.kinds["completion"] <= len(written) + SKIPPED_SLACK
     assert sum(written) == N
     assert min(written) >= 1
     # Batches, not jobs: fast jobs are claimed and written many at a time.
@@ -164,7 +169,8 @@ def test_nothing_else_is_sent_per_job_or_per_batch(
     nonempty = [n for n in claimed if n]
     assert len(nonempty) == N  # batches of one job
     assert statements.kinds["claim"] == len(claimed) <= N + END_LOOKS
-    assert statements.kinds["completion"] == len(written) <= len(nonempty)
+    assert len(written) <= len(nonempty)
+    assert len(written) <= statements.kinds["completion"] <= len(written) + SKIPPED_SLACK
     assert sum(written) == N
     upkeep = 1 / CONTROL_INTERVAL + 1 / WOKEN_REFRESH_INTERVAL + 1 / POLL_INTERVAL
     others = statements.kinds["other"]
