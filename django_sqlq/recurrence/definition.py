@@ -20,6 +20,7 @@ from django_sqlq.exceptions import ConfigurationError, InvalidJobError, UnknownH
 from django_sqlq.jsoncodec import encode_json
 
 if TYPE_CHECKING:
+    from django_sqlq.compat import Task
     from django_sqlq.conf import Settings
 
 RUN_ONCE: Final = "run_once"
@@ -230,7 +231,7 @@ def check_targets(schedules: Mapping[str, Schedule]) -> None:
             raise ConfigurationError(f"{where}: {exc}") from None
 
 
-def find_task(path: str) -> Any:
+def find_task(path: str) -> Task[Any, Any] | None:
     """The ``@task`` at ``path``, or None: only ``@task`` objects ever run (None too when
     no tasks framework is installed)."""
     if not compat.AVAILABLE:
@@ -242,7 +243,7 @@ def find_task(path: str) -> Any:
     return found if isinstance(found, compat.Task) else None
 
 
-def on_sqlq(task: Any) -> bool:
+def on_sqlq(task: Task[Any, Any]) -> bool:
     """Whether ``task``'s backend is django_sqlq's: an ``SQLQBackend`` or a subclass, told
     by the dotted path ``settings.TASKS`` names it by. Not ``isinstance()``: the backend's
     module imports the models, and the models' ``DatabaseSchedule.clean()`` imports this
