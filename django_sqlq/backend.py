@@ -66,6 +66,7 @@ from django_sqlq.compat import (
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import InvalidJobError, PayloadError, UniqueKeyHeldError
 from django_sqlq.jsoncodec import encode_json
+from django_sqlq.recurrence.definition import find_task
 
 # Nothing here imports the models at import time (nor api, inline and jobcontext, which
 # do): the framework instantiates backends when the first @task is defined, which may be
@@ -391,15 +392,6 @@ def _parse_id(result_id: object) -> uuid.UUID:
     raise TaskResultDoesNotExist(result_id)
 
 
-def _import_task(path: str) -> Task[Any, Any] | None:
-    """The Task at ``path``, or None: only ``@task`` objects ever run."""
-    try:
-        found = import_string(path)
-    except ImportError:
-        return None
-    return found if isinstance(found, Task) else None
-
-
 def _task_with(task: Task[Any, Any], **changes: Any) -> Task[Any, Any]:
     """``task`` with some fields changed, without validating it again.
 
@@ -454,7 +446,7 @@ def task_result_for(job: Job) -> TaskResult[Any, Any]:
         raise TaskResultDoesNotExist(
             f"Job {job.pk} is not a task: its payload has no args and kwargs."
         )
-    task = _import_task(job.type)
+    task = find_task(job.type)
     if task is None:
         raise TaskResultDoesNotExist(
             f"Job {job.pk} is not a task: its type {job.type!r} is no @task (or no longer "
@@ -505,7 +497,7 @@ _running = threading.local()
 
 def resolve_task(type_name: str) -> registry.Handler | None:
     """The registry resolver: a Handler for a job whose type is a ``@task``'s module path."""
-    if _import_task(type_name) is None:
+    if find_task(type_name) is None:
         return None
     return registry.Handler(
         name=type_name,

@@ -11,6 +11,7 @@ import logging
 import signal
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,9 +20,12 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 from django.test import Client, override_settings
 from django.urls import reverse
+from django.utils.module_loading import import_string
 
-from django_sqlq import registry
+from django_sqlq import compat, registry
+from django_sqlq.backend import SQLQBackend
 from django_sqlq.models import DatabaseSchedule, Job, ScheduleTick
+from django_sqlq.recurrence.definition import on_sqlq
 from django_sqlq.worker import Worker
 from tests.conftest import WorkerProcess, wait_for
 
@@ -95,6 +99,32 @@ def test_a_valid_row_passes_and_an_empty_json_field_is_its_default() -> None:
     row.full_clean()
     assert row.payload == {}
     assert DatabaseSchedule(name="n", type="tests.noop", cron="0 3 * * *").timezone == "UTC"
+
+
+class _SubclassBackend(SQLQBackend):
+    """A project's own subclass of the backend: still django_sqlq's."""
+
+
+def test_a_task_runs_on_django_sqlq_when_its_backend_is_an_sqlq_backend_or_a_subclass() -> None:
+    dummy = import_string(f"{compat.FRAMEWORK}.backends.dummy.DummyBackend")
+
+    def on(backend: object) -> bool:
+        return on_sqlq(SimpleNamespace(get_backend=lambda: backend))
+
+    assert on(SQLQBackend("a", {"OPTIONS": {}}))
+    assert on(_SubclassBackend("b", {"OPTIONS": {}}))
+    assert not on(dummy("c", {"OPTIONS": {}}))
+
+
+@pytest.mark.django_db
+def test_clean_refuses_a_task_of_another_tasks_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    dummy = import_string(f"{compat.FRAMEWORK}.backends.dummy.DummyBackend")("other", {})
+    task = SimpleNamespace(get_backend=lambda: dummy, backend="other")
+    monkeypatch.setattr("django_sqlq.recurrence.rows.find_task", lambda _path: task)
+    row = DatabaseSchedule(name="t", task="tests.testapp.tasks.add", cron="0 3 * * *")
+    with pytest.raises(ValidationError) as caught:
+        row.full_clean()
+    assert "which is not django_sqlq's" in " ".join(caught.value.message_dict["task"])
 
 
 # -- the admin --------------------------------------------------------------------------------

@@ -6,7 +6,10 @@ runs on both engines."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -349,6 +352,21 @@ def test_task_schedules_from_settings_and_recurring(
         at("2026-01-10 11:00"),
     )
     assert (echo.queue, echo.result) == ("reports", {"args": [], "kwargs": {"x": 1}})
+
+
+def test_importing_the_schedules_before_the_apps_load_imports_no_model() -> None:
+    """@recurring sits in a tasks.py that may be imported while apps still load; the names
+    that need the models (enqueue_job...) load on first use."""
+    code = (
+        "import sys; import django_sqlq.schedules as s; "
+        "assert callable(s.recurring) and callable(s.stored_errors); "
+        "assert 'django_sqlq.models' not in sys.modules, 'models imported'"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
 
 
 @db

@@ -9,8 +9,8 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
-from django_sqlq import schedules
 from django_sqlq.models.managers import QueueDatabaseManager
+from django_sqlq.recurrence.rows import stored_errors
 
 
 class ScheduleTick(models.Model):
@@ -113,13 +113,13 @@ class DatabaseSchedule(models.Model):
 
     def clean(self) -> None:
         """Everything the worker would refuse, named by field (see
-        ``schedules.stored_errors``)."""
+        ``recurrence.rows.stored_errors``)."""
         if self.payload is None:
             self.payload = {}
         if self.args is None:
             self.args = []
         if self.kwargs is None:
             self.kwargs = {}
-        errors = schedules.stored_errors(self)
+        errors = stored_errors(self)
         if errors:
             raise ValidationError(errors)

@@ -14,8 +14,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Subquery
 from django.utils import timezone as dj_timezone
 
+from django_sqlq.api import enqueue
+from django_sqlq.db import ops_for
 from django_sqlq.exceptions import ConfigurationError
-from django_sqlq.schedules.definition import SKIP, Schedule, find_task, origin
+from django_sqlq.models import Job, ScheduleTick
+from django_sqlq.recurrence.definition import SKIP, Schedule, find_task, origin
 
 # Tick rows kept per schedule: the newest is what every worker compares with; the others
 # are history for the admin. Older ones are deleted by the worker that wrote a new one.
@@ -59,9 +62,6 @@ def enqueue_tick(schedule: Schedule, tick: datetime, *, database: str) -> int | 
     """Enqueue ``schedule``'s job for ``tick`` unless a worker already did: the tick's row
     and the job are written in one transaction. Returns the job id, or None when the tick
     was already taken."""
-    # Not at the top: the models import this package (DatabaseSchedule.clean()).
-    from django_sqlq.models import ScheduleTick
-
     ticks = ScheduleTick.objects.using(database)
     stored = to_db(tick)
     # Read outside the transaction: on SQLite a transaction that reads first and then
@@ -87,17 +87,11 @@ def _claim_tick(schedule: Schedule, stored: datetime, *, database: str) -> int |
     PostgreSQL logs no unique-violation ERROR for it (one per losing worker and tick). On
     PostgreSQL it waits for a transaction that inserted the same tick and has not committed
     yet. The row's id, or None when the tick was taken."""
-    # Not at the top: the models import this package (DatabaseSchedule.clean()).
-    from django_sqlq.db import ops_for
-
     return ops_for(database).insert_tick(schedule.name, stored, schedule.spec)
 
 
 def trim(name: str, *, database: str) -> int:
     """Delete the tick rows of ``name`` older than its KEEP_TICKS newest (one statement)."""
-    # Not at the top: the models import this package (DatabaseSchedule.clean()).
-    from django_sqlq.models import ScheduleTick
-
     ticks = ScheduleTick.objects.using(database).filter(name=name)
     oldest_kept = ticks.order_by("-tick_at").values("tick_at")[KEEP_TICKS - 1 : KEEP_TICKS]
     deleted, _ = ticks.filter(tick_at__lt=Subquery(oldest_kept)).delete()
@@ -108,10 +102,6 @@ def enqueue_job(schedule: Schedule, *, run_at: datetime | None, database: str) -
     """Enqueue one job of ``schedule`` (scheduled at ``run_at``, None: now); its id. In the
     caller's transaction when it is on the queue database. The admin's "run now" calls it
     too, without a tick row."""
-    # Not at the top: the models import this package (DatabaseSchedule.clean()).
-    from django_sqlq.api import enqueue
-    from django_sqlq.models import Job
-
     if schedule.task is None:
         options: dict[str, Any] = {"queue": schedule.queue or "default", "using": database}
         if schedule.priority is not None:
@@ -145,9 +135,6 @@ class LastTick:
 def last_ticks(names: list[str], *, database: str) -> dict[str, LastTick]:
     """The newest recorded tick of each schedule that has one (one query over at most about
     KEEP_TICKS rows per schedule)."""
-    # Not at the top: the models import this package (DatabaseSchedule.clean()).
-    from django_sqlq.models import ScheduleTick
-
     rows = (
         ScheduleTick.objects.using(database)
         .filter(name__in=names)

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+from django.utils.module_loading import import_string
 
 from django_sqlq import compat, registry, validation
 from django_sqlq.exceptions import ConfigurationError, InvalidJobError, UnknownHandlerError
 from django_sqlq.jsoncodec import encode_json
 
 if TYPE_CHECKING:
+    from django_sqlq.compat import Task
     from django_sqlq.conf import Settings
 
 RUN_ONCE: Final = "run_once"
@@ -27,7 +29,8 @@ POLICIES: Final = (RUN_ONCE, SKIP)
 
 MAX_NAME_LENGTH: Final = 200
 
-# Tick rows kept per schedule: the newest is what every worker compares with; the others
+# The tasks backend's class, as settings.TASKS names it (see on_sqlq).
+SQLQ_BACKEND: Final = "django_sqlq.backend.SQLQBackend"
 
 COMMON_KEYS: Final = frozenset({"cron", "timezone", "missed", "queue", "priority"})
 TYPE_KEYS: Final = COMMON_KEYS | {"type", "payload"}
@@ -216,10 +219,7 @@ def check_targets(schedules: Mapping[str, Schedule]) -> None:
             task = find_task(schedule.task)
             if task is None:
                 raise ConfigurationError(f"{where}: {schedule.task!r} is not a @task.")
-            # Not at the top: the models import this package (DatabaseSchedule.clean()).
-            from django_sqlq.backend import SQLQBackend
-
-            if not isinstance(task.get_backend(), SQLQBackend):
+            if not on_sqlq(task):
                 raise ConfigurationError(
                     f"{where}: the task {schedule.task!r} uses the tasks backend "
                     f"{task.backend!r}, which is not django_sqlq's."
@@ -231,10 +231,24 @@ def check_targets(schedules: Mapping[str, Schedule]) -> None:
             raise ConfigurationError(f"{where}: {exc}") from None
 
 
-def find_task(path: str) -> Any:
+def find_task(path: str) -> Task[Any, Any] | None:
+    """The ``@task`` at ``path``, or None: only ``@task`` objects ever run (None too when
+    no tasks framework is installed)."""
     if not compat.AVAILABLE:
         return None
-    # Not at the top: the models import this package (DatabaseSchedule.clean()).
-    from django_sqlq.backend import _import_task
+    try:
+        found = import_string(path)
+    except ImportError:
+        return None
+    return found if isinstance(found, compat.Task) else None
 
-    return _import_task(path)
+
+def on_sqlq(task: Task[Any, Any]) -> bool:
+    """Whether ``task``'s backend is django_sqlq's: an ``SQLQBackend`` or a subclass, told
+    by the dotted path ``settings.TASKS`` names it by. Not ``isinstance()``: the backend's
+    module imports the models, and the models' ``DatabaseSchedule.clean()`` imports this
+    one."""
+    return any(
+        f"{cls.__module__}.{cls.__qualname__}" == SQLQ_BACKEND
+        for cls in type(task.get_backend()).__mro__
+    )

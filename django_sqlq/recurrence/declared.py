@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError
-from django_sqlq.schedules.definition import (
+from django_sqlq.recurrence.definition import (
     DECORATOR_KEYS,
     TASK_DECORATOR_KEYS,
     Schedule,
