@@ -35,11 +35,10 @@ PROCESS_FIXTURES = frozenset({"spawn_worker", "worker_env", "fresh_database"})
 # thousands of rows, an engine's behaviour more than Django's; the how-tos run as a reader
 # runs them (a new project and its manage.py commands per page); SQLite projects of their own.
 PROCESS_MODULES = (
-    "test_adversary_*.py",
-    "test_adv26_*.py",
-    "test_docs_snippets.py",
-    "test_sqlite_space_projects.py",
-    "test_workflow_contention.py",
+    "test_*_adversary.py",
+    "test_*_adversary2.py",
+    "docs/test_docs_snippets.py",
+    "db/test_sqlite_space_projects.py",
 )
 
 

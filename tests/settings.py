@@ -106,7 +106,8 @@ SQLQ = {
     "POLL_INTERVAL": 0.05,
     # Worker processes of tests that need a backoff set SQLQ_TEST_RETRY_BACKOFF_BASE.
     "RETRY_BACKOFF_BASE": float(os.environ.get("SQLQ_TEST_RETRY_BACKOFF_BASE", "0")),
-    # Worker processes of the queue-limit tests get theirs as JSON (tests/test_queue_control.py).
+    # Worker processes of the queue-limit tests get theirs as JSON
+    # (tests/control/test_queue_control.py).
     "QUEUE_LIMITS": json.loads(os.environ.get("SQLQ_TEST_QUEUE_LIMITS", "{}")),
 }
 # Worker processes of the retention tests prune often, with their own KEEP_FINISHED (JSON).
@@ -116,7 +117,7 @@ if os.environ.get("SQLQ_TEST_PRUNE_INTERVAL"):
     SQLQ["PRUNE_INTERVAL"] = float(os.environ["SQLQ_TEST_PRUNE_INTERVAL"])
 
 if os.environ.get("SQLQ_TEST_SCHEDULE"):
-    # Worker processes of tests/test_schedules.py: the recurring jobs they run.
+    # Worker processes of tests/schedules/test_schedules.py: the recurring jobs they run.
     import json
 
     SQLQ["SCHEDULE"] = json.loads(os.environ["SQLQ_TEST_SCHEDULE"])
@@ -140,7 +141,7 @@ TASKS = {
     }
 }
 
-# tests/test_pooler.py: worker processes whose "default" alias goes through a PgBouncer
+# tests/worker/test_pooler.py: worker processes whose "default" alias goes through a PgBouncer
 # the test started (transaction mode), with a "direct" alias beside it, used for LISTEN
 # when SQLQ_TEST_LISTEN_DIRECT is set.
 if ENGINE == "postgresql" and os.environ.get("SQLQ_TEST_PGBOUNCER_PORT"):

@@ -1,5 +1,5 @@
 """tests.settings plus a "queue" database holding the jobs table, for tests that run
-``migrate`` and ``check`` in a subprocess against a fresh database (tests/test_routers.py).
+``migrate`` and ``check`` in a subprocess against a fresh database (tests/enqueue/test_routers.py).
 
 ``SQLQ_TEST_QUEUE_DB``: the queue database's file (SQLite) or name (PostgreSQL).
 ``SQLQ_TEST_QUEUE_ROUTER=0``: no database router (what the system check must catch).

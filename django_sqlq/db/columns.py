@@ -1,7 +1,7 @@
 """The jobs table's columns: the one list every INSERT writes from, and the claim's row.
 
 Adding a column to ``Job`` takes the model field, its migration and an entry in
-:data:`JOB_COLUMNS` (``tests/test_db.py`` fails until they agree); a column the worker needs
+:data:`JOB_COLUMNS` (``tests/db/test_db.py`` fails until they agree); a column the worker needs
 from the claim is also a field of :class:`ClaimedJob`, whose fields are the claim's
 ``RETURNING`` list.
 """

@@ -1,4 +1,4 @@
-"""Processes for tests/test_workflow_contention.py (issue 27 adversary):
+"""Processes for tests/workflows/test_contention_adversary.py (issue 27 adversary):
 
 ``python -m tests.faults.contention_procs enqueue SECONDS PATH MODE SEED``: rounds of groups of
 contention.* jobs (some chains, some atomic, some "victims" an operator cancels, deletes and

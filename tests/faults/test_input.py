@@ -3,7 +3,7 @@
 - Sizes and shapes that reach the worker: a 50 MB payload under a higher limit, results
   over the limit or holding what the database cannot store, text that only looks
   unstorable. (What ``enqueue``/``bulk_enqueue`` refuse at the door needs no fault: it is in
-  tests/test_validation.py, which every CI matrix entry runs.)
+  tests/enqueue/test_validation.py, which every CI matrix entry runs.)
 - Rows edited by hand into nonsense: what the schema refuses (the status CHECK constraint,
   invalid JSON) is refused; what gets in, the worker fails with a clear error, and goes on.
 - ``sqlq_worker`` with invalid options: exit status 2 and a one-line message. A worker

@@ -1,6 +1,6 @@
 """An app whose only module is ``tasks.py``, where Django's tasks framework puts @task
 functions, with a ``@recurring`` above one: the worker must find its schedule
-(tests/test_schedules.py). Not in the suite's INSTALLED_APPS: the test installs it."""
+(tests/schedules/test_schedules.py). Not in the suite's INSTALLED_APPS: the test installs it."""
 
 from __future__ import annotations
 

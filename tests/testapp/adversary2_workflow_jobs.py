@@ -1,5 +1,5 @@
-"""Handlers for tests/test_adversary_workflows2.py. Imported by jobs.py, so worker processes
-discover them."""
+"""Handlers for tests/workflows/test_workflows_adversary2.py. Imported by jobs.py, so worker
+processes discover them."""
 
 from __future__ import annotations
 

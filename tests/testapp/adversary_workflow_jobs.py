@@ -1,5 +1,6 @@
-"""Handlers for tests/test_adversary_workflows.py (chains and dependencies as careless code
-and hostile input use them). Imported by jobs.py, so worker processes discover them."""
+"""Handlers for tests/workflows/test_workflows_adversary.py (chains and dependencies as
+careless code and hostile input use them). Imported by jobs.py, so worker processes
+discover them."""
 
 from __future__ import annotations
 

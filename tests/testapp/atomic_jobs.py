@@ -1,4 +1,4 @@
-"""Atomic handlers for tests/test_atomic.py. Imported by jobs.py, so the worker discovers
+"""Atomic handlers for tests/worker/test_atomic.py. Imported by jobs.py, so the worker discovers
 them. Each run writes one Order row named ``"<tag> <attempt> <pid>"`` in its transaction,
 then announces itself in a file (``started``), so a test knows the row is written but not
 committed."""

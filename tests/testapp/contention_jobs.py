@@ -1,4 +1,5 @@
-"""Handlers for tests/test_workflow_contention.py (issue 27, an adversary's process tests):
+"""Handlers for tests/workflows/test_contention_adversary.py (an adversary's process
+tests):
 work that reports progress while it runs, optionally continues a chain, plain or atomic. Each run
 appends ``"<name> <pid>"`` to ``payload["path"]`` at its end."""
 

@@ -368,7 +368,7 @@ def unique_backend() -> Any:
 
     if not compat.AVAILABLE:
         pytest.skip("neither django.tasks (Django 6+) nor the django_tasks backport is installed")
-    options = {"UNIQUE_KEY": "tests.test_unique.add_key", "UNIQUE_FOR": 600}
+    options = {"UNIQUE_KEY": "tests.enqueue.test_unique.add_key", "UNIQUE_FOR": 600}
     default = {**settings.TASKS["default"], "OPTIONS": options}
     with override_settings(TASKS={**settings.TASKS, "default": default}):
         yield compat.task_backends["default"]
@@ -410,7 +410,7 @@ def test_the_tasks_backend_takes_the_key_from_its_option():
     [
         ({"UNIQUE_KEY": 42}, "must be a function"),
         ({"UNIQUE_FOR": 60}, "unique_for needs a unique_key"),
-        ({"UNIQUE_KEY": "tests.test_unique.add_key", "UNIQUE_FOR": -1}, "positive"),
+        ({"UNIQUE_KEY": "tests.enqueue.test_unique.add_key", "UNIQUE_FOR": -1}, "positive"),
     ],
 )
 def test_the_tasks_backend_refuses_bad_unique_options(options, message):

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from django_sqlq.models import Job, JobStatus
-from tests.test_admin import _act, login, make_job, messages_of, text, url
+from tests.admin.test_admin import _act, login, make_job, messages_of, text, url
 
 pytestmark = pytest.mark.django_db
 

@@ -35,7 +35,9 @@ def constant_backoff(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
 
 
 def test_dotted_path_backoff_policy():
-    with override_settings(SQLQ={"RETRY_BACKOFF": "tests.test_lifecycle.constant_backoff"}):
+    with override_settings(
+        SQLQ={"RETRY_BACKOFF": "tests.control.test_lifecycle.constant_backoff"}
+    ):
         assert lifecycle.backoff_seconds(7, get_settings()) == 42.0
 
 

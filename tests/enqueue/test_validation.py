@@ -194,7 +194,7 @@ def policy(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
     return POLICY_ANSWER[0]
 
 
-@override_settings(SQLQ={**SQLQ, "RETRY_BACKOFF": "tests.test_validation.policy"})
+@override_settings(SQLQ={**SQLQ, "RETRY_BACKOFF": "tests.enqueue.test_validation.policy"})
 @pytest.mark.parametrize(
     ("answer", "expected"),
     [(1e300, MAX_DELAY_SECONDS), (math.inf, MAX_DELAY_SECONDS), (math.nan, 0.0), (-5, 0.0),

@@ -18,8 +18,7 @@ from django.utils import timezone
 
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
-
-from .conftest import ROOT, wait_for
+from tests.conftest import ROOT, wait_for
 
 LIST_FIELDS = {
     "id", "type", "queue", "status", "priority", "attempts", "max_attempts",

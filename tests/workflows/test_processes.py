@@ -1,7 +1,7 @@
 """Workflows (issue 16) under real ``sqlq_worker`` processes: chains killed with SIGKILL
 mid-step, a fan-in released by concurrent completions in several processes, the dependency
 failure policies, and chains of atomic steps. The in-process tests are in
-tests/test_workflows.py; the handlers in tests/testapp/workflow_jobs.py.
+tests/workflows/test_workflows.py; the handlers in tests/testapp/workflow_jobs.py.
 
 The kill scenarios use a seeded random (``SQLQ_TEST_SEED`` replays one) and print the seed
 in every assertion message.

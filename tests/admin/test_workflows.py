@@ -16,8 +16,8 @@ from django.utils import timezone
 from django_sqlq import Chain, bulk_enqueue, dashboard, enqueue
 from django_sqlq.admin import chains
 from django_sqlq.models import Job, JobBlocker, JobStatus
+from tests.admin.test_admin import _act, login, make_job, messages_of, text, url
 from tests.conftest import run_burst
-from tests.test_admin import _act, login, make_job, messages_of, text, url
 from tests.testapp import workflow_jobs  # noqa: F401 (registers the handlers)
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """The dashboard's retention panel: what is kept per status and the last prune, through
-Django's test client and in headless Chromium (the pattern of tests/test_admin_browser.py)."""
+Django's test client and in headless Chromium (the pattern of tests/admin/test_browser.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_sqlq import dashboard, retention
 from django_sqlq.models import Job
 from django_sqlq.worker import Worker
-from tests.test_admin_browser import operator, page, shots  # noqa: F401 (fixtures)
+from tests.admin.test_browser import operator, page, shots  # noqa: F401 (fixtures)
 
 DAY = 86400
 SQLQ = {"QUEUES": ["default", "emails", "reports"]}

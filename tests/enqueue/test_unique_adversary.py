@@ -2,8 +2,8 @@
 docs/reference/api.md, docs/howto/tasks-backend.md, docs/howto/admin.md, docs/howto/testing.md).
 
 Each test asserts what the docs promise. The ones marked "Found from the docs" failed when
-written (on the engine named) and were fixed; the others cover promises tests/test_unique.py
-did not."""
+written (on the engine named) and were fixed; the others cover promises
+tests/enqueue/test_unique.py did not."""
 
 from __future__ import annotations
 
@@ -590,7 +590,7 @@ def test_a_task_whose_key_a_plain_job_holds_says_so_and_names_the_holder(with_op
 
     held = enqueue("tests.noop", unique_key="shared")
     with (
-        with_options(UNIQUE_KEY="tests.test_adversary_unique.shared_key"),
+        with_options(UNIQUE_KEY="tests.enqueue.test_unique_adversary.shared_key"),
         pytest.raises(
             UniqueKeyHeldError, match=rf"'shared'.*held by job {held.pk} \(tests.noop\)"
         ) as raised,
@@ -611,7 +611,7 @@ def test_a_duplicate_tasks_result_round_trips_and_sends_no_signal(with_options):
 
     compat.task_enqueued.connect(receiver, weak=False)
     try:
-        with with_options(UNIQUE_KEY="tests.test_adversary_unique.first_arg_key"):
+        with with_options(UNIQUE_KEY="tests.enqueue.test_unique_adversary.first_arg_key"):
             first = tasks.add.enqueue(1, 2)
             again = tasks.add.enqueue(1, 5)  # same key, other arguments
             backend = compat.task_backends["default"]
@@ -638,7 +638,7 @@ def test_a_unique_key_function_returning_a_bad_key_is_refused_and_writes_nothing
     from tests.testapp import tasks
 
     with (
-        with_options(UNIQUE_KEY=f"tests.test_adversary_unique.{key_function}"),
+        with_options(UNIQUE_KEY=f"tests.enqueue.test_unique_adversary.{key_function}"),
         pytest.raises((compat.InvalidTask, InvalidJobError), match="unique_key"),
     ):
         tasks.add.enqueue(1, 2)
@@ -656,7 +656,9 @@ def test_a_unique_for_option_out_of_bounds_raises_invalid_task_backend(with_opti
     from tests.testapp import tasks
 
     with (
-        with_options(UNIQUE_KEY="tests.test_adversary_unique.shared_key", UNIQUE_FOR=unique_for),
+        with_options(
+            UNIQUE_KEY="tests.enqueue.test_unique_adversary.shared_key", UNIQUE_FOR=unique_for
+        ),
         pytest.raises(compat.InvalidTaskBackend, match="UNIQUE_FOR"),
     ):
         tasks.add.enqueue(1, 2)

@@ -15,8 +15,8 @@ from django.test import Client, override_settings
 from django_sqlq import dashboard, enqueue
 from django_sqlq.models import Job, JobStatus, Queue
 from django_sqlq.worker import Worker
-from tests.test_admin import _user, messages_of, text, url
-from tests.test_admin_browser import TIMEOUT_MS, operator, page  # noqa: F401 (fixtures)
+from tests.admin.test_admin import _user, messages_of, text, url
+from tests.admin.test_browser import TIMEOUT_MS, operator, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

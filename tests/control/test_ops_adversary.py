@@ -334,7 +334,7 @@ def _running_job() -> Job:
 
     from django.utils import timezone
 
-    from tests.test_admin import make_job
+    from tests.admin.test_admin import make_job
 
     return make_job(  # type: ignore[no-any-return]
         status=JobStatus.PROCESSING, locked_by="host:1:w1", attempts=1,
@@ -343,7 +343,7 @@ def _running_job() -> Job:
 
 
 def test_the_admin_cancel_needs_a_post_with_the_csrf_token(django_user_model: Any) -> None:
-    from tests.test_admin import _user, url
+    from tests.admin.test_admin import _user, url
 
     job = _running_job()
     operator = _user(django_user_model, "op", "view_job", "cancel_job")

@@ -12,7 +12,7 @@ import pytest
 from django_sqlq import enqueue
 from django_sqlq.models import Chain, Job, JobStatus
 from django_sqlq.worker import Worker
-from tests.test_admin_browser import operator, page, shots
+from tests.admin.test_browser import operator, page, shots
 from tests.testapp import workflow_jobs  # noqa: F401 (registers the handlers)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

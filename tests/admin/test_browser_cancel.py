@@ -12,8 +12,8 @@ import pytest
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
+from tests.admin.test_browser import TIMEOUT_MS, operator, page, shots
 from tests.conftest import wait_for
-from tests.test_admin_browser import TIMEOUT_MS, operator, page, shots
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -1,6 +1,6 @@
 """A django-tasks-db project's ``prune_db_task_results`` cron line, renamed to
 ``sqlq_prune``, in the switched project's own process (tests/switcher/, as
-tests/test_switcher.py runs it). Both engines."""
+tests/tasks_backend/test_switcher.py runs it). Both engines."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from django.test import override_settings
 from django_sqlq.conf import get_settings
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job
-from tests.test_retention import SQLQ, make, prune_cmd
+from tests.retention.test_retention import SQLQ, make, prune_cmd
 
 DAY = 86400
 

@@ -1,6 +1,6 @@
 """Workflows (issue 16 part 1): chains (``context.continue_with()``), jobs that wait for
 others (``enqueue(..., depends_on=...)``, status ``blocked``), groups and their policies.
-In-process workers (``run_burst``) on the test's engine; tests/test_workflow_processes.py
+In-process workers (``run_burst``) on the test's engine; tests/workflows/test_processes.py
 runs real worker processes."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from django_sqlq.models import Job, JobStatus
-from tests.test_admin_browser import operator, page, shots
+from tests.admin.test_browser import operator, page, shots
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
