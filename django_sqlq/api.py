@@ -24,7 +24,7 @@ from django_sqlq.exceptions import (
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.models import Chain, Job, JobStatus
 from django_sqlq.options import Target, checked_job, job_fields, job_type
-from django_sqlq.submit import new_job, run_inline_after, submit
+from django_sqlq.submit import Submission, new_job, run_inline_after, submit
 
 __all__ = [
     "CancelResult",
@@ -105,10 +105,12 @@ def enqueue(
     window = validation.check_unique(unique_key, unique_for)
     if unique_key is not None:
         fields["unique_key"] = validation.check_unique_key(unique_key)
-    job = new_job(fields, payload, encoded)
-    if dependencies is not None:
-        job._sqlq_deps = dependencies  # type: ignore[attr-defined]
-    submit(conf.DATABASE, [job], using, delay_seconds, window)
+    job = new_job(fields, payload)
+    submit(
+        conf.DATABASE,
+        Submission([job], [encoded], dependencies, delay_seconds, window),
+        using,
+    )
     if conf.TESTING == "inline":
         run_inline_after(conf.DATABASE, [job], using)
     return job
@@ -189,15 +191,16 @@ def bulk_enqueue(
     window = validation.check_unique(unique_key, unique_for)
     keys = _unique_keys(unique_key, items)
     delay_seconds = fields.pop("_delay_seconds", None)
-    jobs = JobGroup(new_job(fields, p, text) for p, text in zip(items, encoded, strict=True))
-    if dependencies is not None:
-        for job in jobs:
-            job._sqlq_deps = dependencies  # type: ignore[attr-defined]
+    jobs = JobGroup(new_job(fields, payload) for payload in items)
     if keys is not None:
         for job, key in zip(jobs, keys, strict=True):
             job.unique_key = key
     if jobs:
-        submit(conf.DATABASE, jobs, using, delay_seconds, window)
+        submit(
+            conf.DATABASE,
+            Submission(jobs, encoded, dependencies, delay_seconds, window),
+            using,
+        )
         if conf.TESTING == "inline":
             run_inline_after(conf.DATABASE, jobs, using)
     return jobs

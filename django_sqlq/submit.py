@@ -7,7 +7,8 @@ saved it. :mod:`django_sqlq.api` validates first, then calls :func:`submit`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any, cast
@@ -50,25 +51,34 @@ def _caller_alias(queue_alias: str, using: str | None) -> str | None:
     return None
 
 
-def _write(
-    queue_alias: str,
-    jobs: list[Job],
-    delay_seconds: float | None = None,
-    unique_for: float | None = None,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What one enqueue() or bulk_enqueue() writes, checked: the unsaved Jobs of one type
+    and options (the caller's own instances, filled in once written), each one's payload as
+    JSON text (encoded once, when it was checked; in the jobs' order), what they all wait
+    for, the delay to add to the database's clock, and the unique_for window in seconds."""
+
+    jobs: Sequence[Job]
+    payloads: Sequence[str]
+    dependencies: workflows.Dependencies | None = None
+    delay_seconds: float | None = None
+    unique_for: float | None = None
+
+
+def _write(queue_alias: str, submission: Submission) -> None:
     """Insert the jobs with one statement per chunk (one per job with a ``unique_key``). On
     PostgreSQL the same statement sends the NOTIFY that wakes idle workers when the
     transaction commits."""
-    dependencies: workflows.Dependencies | None = getattr(jobs[0], "_sqlq_deps", None)
+    dependencies = submission.dependencies
     try:
         if dependencies is None:
-            _insert(queue_alias, jobs, delay_seconds, unique_for)
+            _insert(queue_alias, submission)
         else:
             # The jobs and what they wait for commit together (or not at all: a dependency
             # that does not exist raises, and no job is left behind).
             with transaction.atomic(using=queue_alias):
-                _insert(queue_alias, jobs, delay_seconds, unique_for)
-                created = [job for job in jobs if job.created]
+                _insert(queue_alias, submission)
+                created = [job for job in submission.jobs if job.created]
                 if created:
                     workflows.attach(queue_alias, created, dependencies)
     except DatabaseError as exc:
@@ -80,10 +90,10 @@ def _write(
         raise
 
 
-def _insert(
-    queue_alias: str, jobs: list[Job], delay_seconds: float | None, unique_for: float | None
-) -> None:
+def _insert(queue_alias: str, submission: Submission) -> None:
     ops = ops_for(queue_alias)
+    jobs, payloads = submission.jobs, submission.payloads
+    delay_seconds = submission.delay_seconds
     first = jobs[0]
     fields = {
         "queue": first.queue,
@@ -96,34 +106,39 @@ def _insert(
         "trace": first.trace,
     }
     if len(jobs) == 1 and first.unique_key is None:
-        row = ops.insert_one(payload=_json_of(first), fields=fields, delay_seconds=delay_seconds)
+        row = ops.insert_one(payload=payloads[0], fields=fields, delay_seconds=delay_seconds)
         _saved(first, row, queue_alias)
         return
     # The jobs without a key many per statement, in the payloads' order; then those with a
     # key, one INSERT ... ON CONFLICT each, in the keys' order: two calls over the same keys
     # then take them in one order, so that on PostgreSQL neither can wait for a key the
     # other holds while holding one it waits for (a deadlock).
-    plain = [job for job in jobs if job.unique_key is None]
+    pairs = zip(jobs, payloads, strict=True)
+    plain = [pair for pair in pairs if pair[0].unique_key is None]
     if plain:
         _insert_plain(ops, queue_alias, plain, fields, delay_seconds)
     written: dict[str, Job] = {}
-    for job in sorted((job for job in jobs if job.unique_key is not None), key=_key_of):
-        key = _key_of(job)
+    keyed = (pair for pair in zip(jobs, payloads, strict=True) if pair[0].unique_key is not None)
+    for job, payload in sorted(keyed, key=_key_of):
+        key = cast("str", job.unique_key)
         if key in written:  # the same key earlier in this bulk_enqueue(): that job
-            _take(job, written[key], queue_alias)
+            _become(job, written[key], queue_alias)
         else:
-            _insert_unique(ops, queue_alias, job, key, fields, delay_seconds, unique_for)
+            _insert_unique(
+                ops, queue_alias, job, payload, key, fields, delay_seconds, submission.unique_for
+            )
             written[key] = job
 
 
-def _key_of(job: Job) -> str:
-    return cast("str", job.unique_key)
+def _key_of(pair: tuple[Job, str]) -> str:
+    return cast("str", pair[0].unique_key)
 
 
 def _insert_unique(
     ops: QueueOps,
     queue_alias: str,
     job: Job,
+    payload: str,
     key: str,
     fields: dict[str, Any],
     delay_seconds: float | None,
@@ -133,7 +148,7 @@ def _insert_unique(
     it."""
     for _ in range(UNIQUE_TRIES):
         row = ops.insert_unique(
-            payload=_json_of(job),
+            payload=payload,
             fields={**fields, "unique_key": key},
             delay_seconds=delay_seconds,
             unique_for=unique_for,
@@ -143,7 +158,7 @@ def _insert_unique(
             return
         holder = _holder(queue_alias, key)
         if holder is not None:
-            _take(job, holder, queue_alias)
+            _become(job, holder, queue_alias)
             return
     raise DatabaseError(  # pragma: no cover - the key's jobs deleted between every try
         f"unique_key {key!r}: the INSERT found the key taken and then no job holding it, "
@@ -159,48 +174,45 @@ def _holder(queue_alias: str, key: str) -> Job | None:
     return found[0] if found else None
 
 
-def _take(job: Job, holder: Job, queue_alias: str) -> None:
-    """Turn the unsaved ``job`` into a copy of ``holder``, the job its key returned."""
-    state = job._state
-    job.__dict__.update({k: v for k, v in holder.__dict__.items() if k != "_state"})
-    job.__dict__.pop("_sqlq_json", None)
-    state.adding = False
-    state.db = queue_alias
+def _become(job: Job, holder: Job, queue_alias: str) -> None:
+    """Make the caller's ``job`` the job its key returned: ``holder``'s value of every
+    column (``holder`` is a saved Job with all of them loaded: no query), saved in
+    ``queue_alias``, and not created by this call."""
+    for field in Job._meta.concrete_fields:
+        setattr(job, field.attname, getattr(holder, field.attname))
+    job._state.adding = False
+    job._state.db = queue_alias
     job.created = False
 
 
 def _insert_plain(
     ops: QueueOps,
     queue_alias: str,
-    jobs: list[Job],
+    pairs: list[tuple[Job, str]],
     fields: dict[str, Any],
     delay_seconds: float | None,
 ) -> None:
-    if len(jobs) == 1:
-        row = ops.insert_one(payload=_json_of(jobs[0]), fields=fields, delay_seconds=delay_seconds)
-        _saved(jobs[0], row, queue_alias)
+    """Insert the jobs without a key, each with its payload's JSON text (``pairs``)."""
+    if len(pairs) == 1:
+        job, payload = pairs[0]
+        row = ops.insert_one(payload=payload, fields=fields, delay_seconds=delay_seconds)
+        _saved(job, row, queue_alias)
         return
-    for start in range(0, len(jobs), BULK_CHUNK):
-        chunk = jobs[start : start + BULK_CHUNK]
+    for start in range(0, len(pairs), BULK_CHUNK):
+        chunk = pairs[start : start + BULK_CHUNK]
         rows = ops.insert_many(
-            payloads=[_json_of(job) for job in chunk],
+            payloads=[payload for _, payload in chunk],
             fields=fields,
             delay_seconds=delay_seconds,
         )
-        for job, row in zip(chunk, rows, strict=True):
+        for (job, _), row in zip(chunk, rows, strict=True):
             _saved(job, row, queue_alias)
-
-
-def _json_of(job: Job) -> str:
-    """The payload as JSON text: encoded once, when enqueue() validated it."""
-    encoded: str | None = getattr(job, "_sqlq_json", None)
-    return encoded if encoded is not None else encode_json(job.payload)
 
 
 _JOB_DEFAULTS: dict[str, Any] | None = None
 
 
-def new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
+def new_job(fields: dict[str, Any], payload: Any) -> Job:
     """``Job(payload=payload, **fields)`` without Model.__init__, which costs more than the
     INSERT on SQLite (and than the whole statement when bulk_enqueue builds 100,000 jobs):
     a copy of the fields' defaults, with fresh mutable ones."""
@@ -215,7 +227,6 @@ def new_job(fields: dict[str, Any], payload: Any, encoded: str) -> Job:
     values["uuid"] = None  # chosen by the database, with the id
     values.update(fields)
     values["payload"] = payload
-    values["_sqlq_json"] = encoded
     return job
 
 
@@ -238,41 +249,30 @@ def _saved(job: Job, row: tuple[int, Any, Any, Any], alias: str) -> None:
         )
 
 
-def submit(
-    queue_alias: str,
-    jobs: list[Job],
-    using: str | None,
-    delay_seconds: float | None = None,
-    unique_for: float | None = None,
-) -> None:
+def submit(queue_alias: str, submission: Submission, using: str | None) -> None:
+    """Write ``submission`` (its jobs are filled in as they are written), under the rules
+    of the module's docstring; ``using`` as enqueue() takes it."""
     tracer = tracing.tracer() if tracing.ENABLED else None
     if tracer is None:
-        _submit_untraced(queue_alias, jobs, using, delay_seconds, unique_for)
+        _submit_untraced(queue_alias, submission, using)
     else:
+        jobs = submission.jobs
         with tracing.sending(tracer, jobs, jobs[0].queue, jobs[0].type):
-            _submit_untraced(queue_alias, jobs, using, delay_seconds, unique_for)
+            _submit_untraced(queue_alias, submission, using)
 
 
-def _submit_untraced(
-    queue_alias: str,
-    jobs: list[Job],
-    using: str | None,
-    delay_seconds: float | None,
-    unique_for: float | None,
-) -> None:
+def _submit_untraced(queue_alias: str, submission: Submission, using: str | None) -> None:
     caller = _caller_alias(queue_alias, using)
     if caller is None or caller == queue_alias:
         # Same database (or no transaction): the rows are part of the caller's transaction.
-        if len(jobs) > 1 and caller is None:
+        if len(submission.jobs) > 1 and caller is None:
             with transaction.atomic(using=queue_alias):
-                _write(queue_alias, jobs, delay_seconds, unique_for)
+                _write(queue_alias, submission)
         else:
-            _write(queue_alias, jobs, delay_seconds, unique_for)
+            _write(queue_alias, submission)
     else:
         # Another database: the jobs exist if and only if the caller's transaction commits.
-        transaction.on_commit(
-            partial(_write, queue_alias, jobs, delay_seconds, unique_for), using=caller
-        )
+        transaction.on_commit(partial(_write, queue_alias, submission), using=caller)
 
 
 def run_inline_after(queue_alias: str, jobs: list[Job], using: str | None) -> None:
@@ -293,7 +293,7 @@ def _run_created(jobs: list[Job]) -> None:
     ran = {job.pk: job for job in created}
     for job in jobs:
         if not job.created and job.pk in ran:
-            _take(job, ran[job.pk], cast("str", job._state.db))
+            _become(job, ran[job.pk], cast("str", job._state.db))
 
 
 def submit_job(
@@ -311,7 +311,8 @@ def submit_job(
     (``job.created`` is False); ``unique_for``: seconds, as enqueue() takes it.
     """
     queue_alias = get_settings().DATABASE
-    submit(queue_alias, [job], using, unique_for=unique_for)
+    submission = Submission([job], [encode_json(job.payload)], unique_for=unique_for)
+    submit(queue_alias, submission, using)
     if on_written is None:
         return
     if job.pk is not None:
