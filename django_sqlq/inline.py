@@ -27,6 +27,7 @@ from django_sqlq.jobcontext import JobContext, call_hook, job_context
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.logs import extra_for
 from django_sqlq.models import Job, JobQuerySet, JobStatus
+from django_sqlq.retries import RetryPolicy
 
 logger = logging.getLogger("django_sqlq.testing")
 
@@ -190,13 +191,12 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
     else:
         assert error is not None
         info = lifecycle.ErrorInfo.from_exception(error)
-        retry = claimed.attempts < claimed.max_attempts
         status = lifecycle.fail_or_retry(
             alias,
             claimed,
             info,
             worker_id=TEST_WORKER_ID,
-            retry_in=lifecycle.backoff_seconds(claimed.attempts) if retry else None,
+            retry_in=RetryPolicy.from_settings().retry_in(claimed.attempts, claimed.max_attempts),
             now=now or timezone.now(),
         )
         outcome = info

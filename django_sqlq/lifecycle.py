@@ -27,10 +27,8 @@ worker that lost its lease can never overwrite the outcome of the worker that to
 from __future__ import annotations
 
 import logging
-import math
-import random
 import traceback as tb
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,50 +37,18 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from django_sqlq import statuses, workflows
-from django_sqlq.conf import Settings, get_settings
+from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import DatabaseNow
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.limits import QueueLimit
 from django_sqlq.models import Job, JobStatus
-from django_sqlq.validation import MAX_DELAY_SECONDS
 
 logger = logging.getLogger("django_sqlq.worker")
 
 MAX_TRACEBACK_CHARS = 64_000
 MAX_MESSAGE_CHARS = 4_000
-
-
-def backoff_seconds(
-    attempts: int, conf: Settings | None = None, rand: Callable[[], float] = random.random
-) -> float:
-    """Seconds to wait before attempt ``attempts + 1``: exponential, capped, with jitter.
-
-    ``SQLQ["RETRY_BACKOFF"]`` may name a function ``f(attempts) -> seconds`` instead.
-    """
-    conf = conf or get_settings()
-    if conf.RETRY_BACKOFF != "exponential":
-        try:
-            custom = conf.backoff_function()
-            value = float(custom(attempts)) if custom is not None else math.nan
-        except Exception:
-            # A policy that cannot be imported, raises or answers what is not a number must
-            # not keep the failed attempt from being recorded (the job would wait for its
-            # lease and lose its error): the built-in policy stands in, and the log says so.
-            logger.exception(
-                "SQLQ['RETRY_BACKOFF'] = %r failed for attempts=%d; using the exponential "
-                "backoff instead",
-                conf.RETRY_BACKOFF,
-                attempts,
-            )
-        else:
-            # A policy's answer is bounded as a delay at enqueue is: nothing past 100 years,
-            # no NaN (SQLite's date functions would store NULL, PostgreSQL refuses it).
-            return min(MAX_DELAY_SECONDS, max(0.0, value)) if not math.isnan(value) else 0.0
-    delay = min(conf.RETRY_BACKOFF_MAX, conf.RETRY_BACKOFF_BASE * 2 ** max(attempts - 1, 0))
-    # +-25% jitter, so jobs that failed together do not all retry in the same instant.
-    return float(min(conf.RETRY_BACKOFF_MAX, delay * (0.75 + 0.5 * rand())))
 
 
 def _storable(text: str) -> str:
@@ -213,12 +179,13 @@ def fail_or_retry(
     now: datetime | None = None,
     cancel: bool = False,
 ) -> str | None:
-    """processing -> scheduled ``retry_in`` s ahead (pending for 0 s), while attempts remain,
-    or failed; or cancelled, when ``cancel`` (the handler raised JobCancelled) or when a
-    cancel was requested while it ran.
+    """processing -> scheduled ``retry_in`` s ahead (pending for 0 s), or failed for
+    ``retry_in=None``; or cancelled, when ``cancel`` (the handler raised JobCancelled) or
+    when a cancel was requested while it ran.
 
-    ``retry_in=None`` fails the job at once. Returns the new status, or None when this
-    worker no longer held the job.
+    ``retry_in`` is the retry policy's decision (``django_sqlq.retries``: attempts left,
+    the handler's ``retry``, the backoff); this writes it. Returns the new status, or None
+    when this worker no longer held the job.
     """
     with transaction.atomic(using=alias, savepoint=False):
         status = ops_for(alias).fail(

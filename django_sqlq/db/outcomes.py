@@ -98,12 +98,17 @@ class OutcomeOps(Dialect):
         cancel: bool = False,
     ) -> str | None:
         """Record a failed attempt: ``scheduled`` again ``retry_in`` seconds ahead (``pending``
-        for no wait) while attempts remain (``retry_in=None``: no retry), else failed; or
-        ``cancelled`` (no retry) when ``cancel`` or when a cancel was requested while it ran.
-        Returns the new status, or None if this worker no longer held the job (fenced)."""
+        for no wait), or failed for ``retry_in=None``; or ``cancelled`` (no retry) when
+        ``cancel`` or when a cancel was requested while it ran. Returns the new status, or
+        None if this worker no longer held the job (fenced).
+
+        Whether the attempt is retried, and when, is the retry policy's decision
+        (``django_sqlq.retries.RetryPolicy.retry_in``: attempts left, the handler's
+        ``retry``, the backoff); the statement applies it, and adds only what the row alone
+        knows: a cancel requested while the attempt ran."""
         now_sql = self.now_sql()
         cancelled = "(cancel_requested_at IS NOT NULL OR %(cancel)s)"
-        final = f"(attempts >= max_attempts OR %(no_retry)s OR {cancelled})"
+        final = f"(%(no_retry)s OR {cancelled})"
         sql = (
             f"UPDATE {self.table} SET "
             f"status = CASE WHEN {cancelled} THEN 'cancelled' WHEN {final} THEN 'failed' "

@@ -36,10 +36,11 @@ from datetime import datetime
 
 from django.db import DatabaseError, connections
 
-from django_sqlq import lifecycle, registry, validation
+from django_sqlq import registry, validation
 from django_sqlq.conf import Settings, get_settings
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.models import WorkerProcess
+from django_sqlq.retries import RetryPolicy
 from django_sqlq.worker.claimer import Claimer
 from django_sqlq.worker.completer import Completer
 from django_sqlq.worker.context import Clock, Counts, HeldJobs, WorkerContext
@@ -134,7 +135,9 @@ class Worker:
         self.clock = clock
         if backoff is None:
             conf.backoff_function()  # a policy that cannot be imported: an error at start
-        self.backoff = backoff or (lambda attempts: lifecycle.backoff_seconds(attempts, conf))
+        self.retries = (
+            RetryPolicy(backoff) if backoff is not None else RetryPolicy.from_settings(conf)
+        )
 
         # What every part shares (frozen: the attributes above are not changed later).
         self.context = context = WorkerContext(
@@ -166,7 +169,7 @@ class Worker:
             held=held,
             counts=counts,
             stats=stats,
-            backoff=self.backoff,
+            retries=self.retries,
             retry_scheduled=self.staging.retry_scheduled,
         )
         self.completer = Completer(

@@ -18,6 +18,7 @@ from django_sqlq.exceptions import JobInterruptedError
 from django_sqlq.jobcontext import call_hook, job_context
 from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
+from django_sqlq.retries import RetryPolicy
 from django_sqlq.worker.context import Counts, HeldJobs, WorkerContext
 from django_sqlq.worker.dbretry import reset_connection, with_retry
 from django_sqlq.worker.stats import WorkerStats
@@ -26,8 +27,8 @@ logger = logging.getLogger("django_sqlq.worker")
 
 
 class FailureWriter:
-    """Writes failed attempts. ``backoff(attempts)``: seconds before the retry of a failed
-    attempt; ``retry_scheduled(seconds)``: told of each retry written (the stager wakes
+    """Writes failed attempts. ``retries``: the retry policy that decides each one (retried
+    or not, and when); ``retry_scheduled(seconds)``: told of each retry written (the stager wakes
     for it: no NOTIFY tells the worker of its own retries)."""
 
     def __init__(
@@ -37,7 +38,7 @@ class FailureWriter:
         held: HeldJobs,
         counts: Counts,
         stats: WorkerStats,
-        backoff: Callable[[int], float],
+        retries: RetryPolicy,
         retry_scheduled: Callable[[float], None],
     ) -> None:
         self.context = context
@@ -46,7 +47,7 @@ class FailureWriter:
         self.held = held
         self.counts = counts
         self.stats = stats
-        self.backoff = backoff
+        self.retries = retries
         self.retry_scheduled = retry_scheduled
 
     def record(
@@ -60,7 +61,9 @@ class FailureWriter:
         """Write a failed attempt at once (``cancel``: a cancelled one). Returns the job's new
         status, or None if lost."""
         context = self.context
-        retry_in = self.backoff(job.attempts) if retry and not cancel else None
+        retry_in = self.retries.retry_in(
+            job.attempts, job.max_attempts, retry=retry, cancel=cancel
+        )
 
         def write() -> str | None:
             return lifecycle.fail_or_retry(

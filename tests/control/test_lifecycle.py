@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from django_sqlq import enqueue, lifecycle
+from django_sqlq import enqueue, lifecycle, retries
 from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
@@ -23,11 +23,11 @@ def test_default_backoff_is_exponential_capped_and_jittered():
     conf = get_settings()
     with override_settings(SQLQ={"RETRY_BACKOFF_BASE": 2.0, "RETRY_BACKOFF_MAX": 100.0}):
         conf = get_settings()
-        assert lifecycle.backoff_seconds(1, conf, rand=lambda: 0.5) == 2.0
-        assert lifecycle.backoff_seconds(3, conf, rand=lambda: 0.5) == 8.0
-        assert lifecycle.backoff_seconds(20, conf, rand=lambda: 0.5) == 100.0
-        assert lifecycle.backoff_seconds(3, conf, rand=lambda: 0.0) == 6.0
-        assert lifecycle.backoff_seconds(3, conf, rand=lambda: 1.0) == 10.0
+        assert retries.backoff_seconds(1, conf, rand=lambda: 0.5) == 2.0
+        assert retries.backoff_seconds(3, conf, rand=lambda: 0.5) == 8.0
+        assert retries.backoff_seconds(20, conf, rand=lambda: 0.5) == 100.0
+        assert retries.backoff_seconds(3, conf, rand=lambda: 0.0) == 6.0
+        assert retries.backoff_seconds(3, conf, rand=lambda: 1.0) == 10.0
 
 
 def constant_backoff(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
@@ -38,7 +38,17 @@ def test_dotted_path_backoff_policy():
     with override_settings(
         SQLQ={"RETRY_BACKOFF": "tests.control.test_lifecycle.constant_backoff"}
     ):
-        assert lifecycle.backoff_seconds(7, get_settings()) == 42.0
+        assert retries.backoff_seconds(7, get_settings()) == 42.0
+
+
+def test_the_retry_policy_retries_while_attempts_remain_unless_told_not_to():
+    asked = []
+    policy = retries.RetryPolicy(lambda attempts: asked.append(attempts) or 5.0)
+    assert policy.retry_in(1, 3) == 5.0
+    assert policy.retry_in(3, 3) is None  # attempts spent
+    assert policy.retry_in(1, 3, retry=False) is None  # the handler said no
+    assert policy.retry_in(1, 3, cancel=True) is None
+    assert asked == [1]  # the backoff is asked only for a retry
 
 
 def test_claim_order_is_by_priority_then_schedule():

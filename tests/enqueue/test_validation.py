@@ -201,7 +201,7 @@ def policy(attempts: int) -> float:  # noqa: ARG001 (a backoff policy)
      (7, 7.0)],
 )  # fmt: skip
 def test_a_backoff_policy_answer_is_bounded(answer, expected):
-    from django_sqlq.lifecycle import backoff_seconds
+    from django_sqlq.retries import backoff_seconds
 
     POLICY_ANSWER[0] = answer
     assert backoff_seconds(1) == expected
