@@ -52,6 +52,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(processes)
 
 
+class _Shard:
+    """``SQLQ_TEST_SHARD=K/N`` (scripts/test sets it): this run keeps every Nth selected test,
+    from the Kth on, so that N runs at once share one tier. Test by test, not module by
+    module: a module's slow tests are spread over the shards."""
+
+    def __init__(self, spec: str) -> None:
+        number, _, count = spec.partition("/")
+        self.number, self.count = int(number), int(count)
+        if not 1 <= self.number <= self.count:
+            raise pytest.UsageError(f"SQLQ_TEST_SHARD={spec!r}: K/N with 1 <= K <= N")
+
+    def pytest_report_header(self) -> str:
+        return f"shard {self.number} of {self.count} (SQLQ_TEST_SHARD)"
+
+    @pytest.hookimpl(trylast=True)  # after `-m` and `-k` deselected: shard what is left
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        kept, left = [], []
+        for index, item in enumerate(items):
+            (kept if index % self.count == self.number - 1 else left).append(item)
+        if left:
+            config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if spec := os.environ.get("SQLQ_TEST_SHARD"):
+        config.pluginmanager.register(_Shard(spec), "sqlq-shard")
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -203,6 +203,7 @@ def reconnecting(query: Callable[[], T]) -> Callable[[], T | None]:
     return attempt
 
 
+@pytest.mark.server_restart
 @pytest.mark.skipif(
     os.environ.get("SQLQ_FAULTS_PG_RESTART") != "1",
     reason="restarts the PostgreSQL server: set SQLQ_FAULTS_PG_RESTART=1 (.ci/run does)",
