@@ -8,8 +8,8 @@ For each engine and each table (empty; 100,000 and 1,000,000 completed rows; 100
 pending rows; both) a fresh process creates the database, fills it with raw INSERT ...
 SELECT (generate_series on PostgreSQL, a recursive CTE on SQLite), runs ANALYZE (on
 PostgreSQL; on SQLite too with --sqlite-analyze) and a checkpoint, then times
-``django_sqlq.lifecycle.claim(limit=1)`` (one ``UPDATE ... RETURNING``, autocommit, as the
-worker issues it) followed by an untimed ``lifecycle.complete`` of the claimed job,
+``QueueOps.claim(limit=1)`` (one ``UPDATE ... RETURNING``, autocommit, as the
+worker issues it) followed by an untimed ``QueueOps.complete_statuses`` of the claimed job,
 ``--claims`` times after 20 warm-up cycles. It prints the median and p95 per claim in µs,
 each table's median divided by the empty table's, and the claim's plan.
 """
@@ -98,7 +98,6 @@ def one(db, finished, pending, claims, limit):
     peer.setup()  # a new database, migrated
     from django.db import connection
 
-    from django_sqlq import lifecycle
     from django_sqlq.db import ops_for
     from django_sqlq.db.outcomes import Finished
 
@@ -121,13 +120,12 @@ def one(db, finished, pending, claims, limit):
     empty = 0
     for k in range(WARMUP + claims):
         t0 = time.perf_counter()
-        jobs = lifecycle.claim(
-            "default", queues=("default",), worker_id=worker_id, limit=limit, lease_seconds=60
+        jobs = ops_for("default").claim(
+            queues=("default",), worker_id=worker_id, limit=limit, lease_seconds=60
         )
         t1 = time.perf_counter()
         if jobs:
-            lifecycle.complete(
-                "default",
+            ops_for("default").complete_statuses(
                 [Finished(j.id, j.attempts, None) for j in jobs],
                 worker_id=worker_id,
             )
@@ -198,7 +196,7 @@ def report(results, claims, limit, started, seconds, sqlite_analyze, rev=None):
     lines = [
         f"### Claim cost as the table grows ({started}, {seconds / 60:.0f} min)",
         "",
-        f"`lifecycle.claim(limit={limit})` in autocommit, {claims:,} timed claims per table "
+        f"`QueueOps.claim(limit={limit})` in autocommit, {claims:,} timed claims per table "
         f"(each followed by an untimed complete), after {WARMUP} warm-up cycles. ANALYZE ran "
         f"on PostgreSQL{' and SQLite' if sqlite_analyze else ' only (not on SQLite)'}. "
         f"django_sqlq: {f'git {rev}' if rev else 'the working tree'}.",

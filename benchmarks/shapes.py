@@ -131,13 +131,14 @@ def burst_rates(peer, db, window=10_000):
 
 def idle_wakeups():
     from django_sqlq import lifecycle
+    from django_sqlq.db import ops_for
 
     timings = []
     for k in range(IDLE_WAKEUPS + 20):
         t0 = time.perf_counter()
         due = lifecycle.next_due_in("default")
-        jobs = lifecycle.claim(
-            "default", queues=QUEUES, worker_id="idle", limit=8, lease_seconds=60, turn=k
+        jobs = ops_for("default").claim(
+            queues=QUEUES, worker_id="idle", limit=8, lease_seconds=60, turn=k
         )
         t1 = time.perf_counter()
         assert not jobs

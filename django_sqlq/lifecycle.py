@@ -1,5 +1,6 @@
 """The job state machine. The worker, the admin and the tasks backend all call these
-functions; nothing else changes a job's status.
+functions; nothing else changes a job's status but the worker's claim and its batched
+completion, one statement each (``QueueOps.claim`` and ``QueueOps.complete_statuses``).
 
     scheduled -> pending         (promote: its time has come; run_now, by an operator)
     pending -> processing -> completed | failed | cancelled
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import traceback as tb
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -41,8 +42,6 @@ from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import DatabaseNow
 from django_sqlq.db.columns import ClaimedJob
-from django_sqlq.db.outcomes import Finished
-from django_sqlq.limits import QueueLimit
 from django_sqlq.models import Job, JobStatus
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -120,53 +119,6 @@ class ErrorInfo:
 
 
 # -- the worker's transitions -------------------------------------------------------------
-
-
-def claim(
-    alias: str,
-    *,
-    queues: Sequence[str] | None,
-    worker_id: str,
-    limit: int,
-    lease_seconds: float,
-    now: datetime | None = None,
-    exclude_queues: Sequence[str] = (),
-    turn: int = 0,
-    caps: Mapping[str, int] | None = None,
-    limits: Mapping[str, QueueLimit] | None = None,
-) -> list[ClaimedJob]:
-    """pending -> processing for up to ``limit`` runnable jobs, in one statement; the
-    queues take turns filling the batch, starting at the ``turn``-th. ``caps``: at most
-    that many of a queue; ``limits``: global per-queue limits (see ``QueueOps.claim``)."""
-    return ops_for(alias).claim(
-        queues=queues,
-        worker_id=worker_id,
-        limit=limit,
-        lease_seconds=lease_seconds,
-        now=now,
-        exclude_queues=exclude_queues,
-        turn=turn,
-        caps=caps,
-        limits=limits,
-    )
-
-
-def complete_statuses(
-    alias: str,
-    finished: Sequence[Finished],
-    *,
-    worker_id: str,
-    now: datetime | None = None,
-    unwaited: bool = False,
-) -> dict[int, str]:
-    """processing -> completed, or cancelled for a job whose cancel was requested while it
-    ran. Returns {id: new status} for the jobs written (the others were lost: fenced).
-    ``unwaited``: only the jobs no other job waits for and no other transaction holds
-    right now; the others are left out as lost ones are, for
-    ``django_sqlq.workflows.complete`` (which waits for them and releases their waiters)."""
-    return ops_for(alias).complete_statuses(
-        finished, worker_id=worker_id, now=now, unwaited=unwaited, skip_locked=unwaited
-    )
 
 
 def fail_or_retry(
@@ -387,7 +339,7 @@ def request_cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """Ask the workers running these processing jobs to stop them (``cancel_requested_at``).
     Each worker sees it within about a second, sets its handler's ``cancel_requested`` flag
     (and cancels an async handler's task), and records the attempt ``cancelled`` whatever
-    the handler does; see :func:`complete_statuses` and :func:`fail_or_retry`."""
+    the handler does; see ``QueueOps.complete_statuses`` and :func:`fail_or_retry`."""
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
     changed = ops_for(alias).request_cancel(sorted(wanted))

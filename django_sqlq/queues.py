@@ -8,8 +8,10 @@ it changes (PostgreSQL also wakes them with a NOTIFY, as an enqueue does).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -20,6 +22,9 @@ from django_sqlq.db import ops_for
 from django_sqlq.limits import QueueLimit
 from django_sqlq.models import Queue, WorkerProcess
 
+if TYPE_CHECKING:
+    from django_sqlq.backend import SQLQBackend
+
 __all__ = [
     "QueueState",
     "configured_queues",
@@ -27,21 +32,42 @@ __all__ = [
     "pause_queue",
     "queue_states",
     "resume_queue",
+    "worker_queues",
 ]
 
 
-def configured_queues() -> tuple[str, ...]:
-    """The queues the settings name: ``SQLQ["QUEUES"]``, then those of django_sqlq's tasks
-    backends (``TASKS[alias]["QUEUES"]``), for lists and filters in the admin."""
-    names = dict.fromkeys(get_settings().QUEUES)
-    if compat.AVAILABLE:
-        # The tasks backend needs Django's tasks framework, an optional dependency: without
-        # it, django_sqlq.backend cannot be imported (and no backend names a queue).
-        from django_sqlq.backend import sqlq_backends
-
-        for backend in sqlq_backends().values():
-            names.update(dict.fromkeys(backend.queue_names))
+def configured_queues(*, limited: bool = False, also: Iterable[str] = ()) -> tuple[str, ...]:
+    """The queues a worker and the admin know, in the order they are listed: those the
+    settings name (``SQLQ["QUEUES"]``, then those of django_sqlq's tasks backends,
+    ``TASKS[alias]["QUEUES"]``); with ``limited``, then those of ``QUEUE_LIMITS``; then
+    ``also``, the names the caller found elsewhere (paused rows, recent jobs), as given."""
+    conf = get_settings()
+    names = dict.fromkeys(conf.QUEUES)
+    for backend in _tasks_backends():
+        names.update(dict.fromkeys(backend.queue_names))
+    if limited:
+        names.update(dict.fromkeys(conf.QUEUE_LIMITS))
+    names.update(dict.fromkeys(also))
     return tuple(names)
+
+
+def worker_queues() -> tuple[str, ...] | None:
+    """The names a worker's ``--queue`` may take: the configured queues; None (any name)
+    when a django_sqlq tasks backend has an empty ``QUEUES``, which allows every name."""
+    if any(backend.served_queues() is None for backend in _tasks_backends()):
+        return None
+    return configured_queues()
+
+
+def _tasks_backends() -> list[SQLQBackend]:
+    """django_sqlq's backends in ``settings.TASKS``; none without Django's tasks framework."""
+    if not compat.AVAILABLE:
+        return []
+    # The tasks backend needs Django's tasks framework, an optional dependency: without
+    # it, django_sqlq.backend cannot be imported (and no backend names a queue).
+    from django_sqlq.backend import sqlq_backends
+
+    return list(sqlq_backends().values())
 
 
 def _set_paused(name: str, paused: bool, database: str | None) -> bool:
@@ -103,7 +129,7 @@ def queue_states(*, database: str | None = None) -> list[QueueState]:
     conf = get_settings()
     alias = database or conf.DATABASE
     rows = {row.name: row for row in Queue.objects.using(alias)}
-    known = list(dict.fromkeys([*configured_queues(), *conf.QUEUE_LIMITS, *sorted(rows)]))
+    known = configured_queues(limited=True, also=sorted(rows))
     counts = {
         row.name: row for row in dashboard.queue_rows(alias, timezone.now(), configured=known)
     }

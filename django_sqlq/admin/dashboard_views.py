@@ -27,7 +27,6 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext
 
 from django_sqlq.admin.display import admin_links, progress_bar, queue_alias
-from django_sqlq.conf import get_settings
 from django_sqlq.dashboard.charts import chart
 from django_sqlq.dashboard.queries import retention, running_jobs, snapshot, throughput
 from django_sqlq.exceptions import InvalidJobError
@@ -84,8 +83,8 @@ class QueueDashboardViews(JobModelAdmin):
         except DatabaseError:
             paused = set()  # sqlq_queue not migrated yet: nothing can be paused
         # A paused queue is listed even when it holds no job, with its Resume button.
-        limited = sorted(get_settings().QUEUE_LIMITS)  # listed with their limit, jobs or not
-        configured = tuple(dict.fromkeys([*configured_queues(), *sorted(paused), *limited]))
+        # A limited queue is listed with its limit, jobs or not.
+        configured = configured_queues(limited=True, also=sorted(paused))
         snap = snapshot(alias, configured=configured)
         running = [(job, progress_bar(job)) for job in running_jobs(alias)]
         return {

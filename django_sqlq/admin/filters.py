@@ -45,9 +45,7 @@ class QueueFilter(_ChoicesFilter):
     parameter_name = field_name = "queue"
 
     def candidates(self) -> list[str]:
-        configured = list(configured_queues())
-        seen = dashboard.recent_values(queue_alias(), "queue")
-        return configured + [q for q in seen if q not in configured]
+        return list(configured_queues(also=dashboard.recent_values(queue_alias(), "queue")))
 
 
 class TypeFilter(_ChoicesFilter):

@@ -152,22 +152,6 @@ class Throughput:
     minutes: list[Bucket]
     hours: list[Bucket]
 
-    @property
-    def last_hour(self) -> Bucket:
-        return Bucket(
-            start=self.minutes[0].start,
-            completed=sum(b.completed for b in self.minutes),
-            failed=sum(b.failed for b in self.minutes),
-        )
-
-    @property
-    def last_day(self) -> Bucket:
-        return Bucket(
-            start=self.hours[0].start,
-            completed=sum(b.completed for b in self.hours),
-            failed=sum(b.failed for b in self.hours),
-        )
-
 
 @dataclass(frozen=True)
 class KeptStatus:

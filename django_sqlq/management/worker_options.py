@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 from django.core.management.base import CommandError, CommandParser
 
-from django_sqlq import compat
 from django_sqlq.management.option_types import (
     interval_seconds,
     positive_float,
@@ -22,19 +21,6 @@ from django_sqlq.management.option_types import (
     worker_count,
     worker_name,
 )
-
-
-def known_queues(sqlq_queues: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The queue names a worker may serve: ``SQLQ["QUEUES"]`` and every django_sqlq tasks
-    backend's ``QUEUES``. None: any name (a tasks backend with an empty ``QUEUES``)."""
-    if not compat.AVAILABLE:
-        return sqlq_queues
-    # Django's tasks framework is optional: the backend module needs it.
-    from django_sqlq.backend import task_queues
-
-    tasks = task_queues()
-    return None if tasks is None else tuple(dict.fromkeys([*sqlq_queues, *tasks]))
-
 
 T = TypeVar("T")
 

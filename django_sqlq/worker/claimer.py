@@ -105,8 +105,7 @@ class Claimer:
                     # during a long drain (another process may have scheduled an earlier job).
                     stale = time.monotonic() - staging.checked >= context.poll_interval
                     staging.stage(recheck=woke or stale)
-                    claimed = lifecycle.claim(
-                        self.database,
+                    claimed = ops_for(self.database).claim(
                         queues=context.queues,
                         worker_id=self.worker_id,
                         limit=limit,

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from django.db import DatabaseError
 
 from django_sqlq import lifecycle, registry, workflows
+from django_sqlq.db import ops_for
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.jobcontext import call_hook, job_context
@@ -203,12 +204,12 @@ class Completer:
             written = with_retry(
                 self.context,
                 "complete",
-                lambda: lifecycle.complete_statuses(
-                    self.database,
+                lambda: ops_for(self.database).complete_statuses(
                     [Finished(item.job.id, item.job.attempts, item.result) for item in plain],
                     worker_id=self.worker_id,
                     now=self.context.now(),
                     unwaited=True,
+                    skip_locked=True,
                 ),
             )
         rest = [item for item in batch if item.job.id not in written]

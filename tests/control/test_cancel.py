@@ -38,8 +38,8 @@ def status_of(job: Job) -> str:
 
 
 def claim(worker_id: str = "w1", lease_seconds: float = 60) -> list[Any]:
-    return lifecycle.claim(
-        "default", queues=["default"], worker_id=worker_id, limit=10, lease_seconds=lease_seconds
+    return ops_for("default").claim(
+        queues=["default"], worker_id=worker_id, limit=10, lease_seconds=lease_seconds
     )
 
 
@@ -132,8 +132,8 @@ def test_a_completion_after_a_cancel_request_is_recorded_cancelled():
     job = enqueue("tests.noop")
     (claimed,) = claim()
     lifecycle.request_cancel([job.pk])
-    written = lifecycle.complete_statuses(
-        "default", [Finished(job.pk, claimed.attempts, "result")], worker_id="w1"
+    written = ops_for("default").complete_statuses(
+        [Finished(job.pk, claimed.attempts, "result")], worker_id="w1"
     )
     assert written == {job.pk: JobStatus.CANCELLED}
     job.refresh_from_db()
@@ -172,7 +172,7 @@ def test_a_worker_that_lost_its_lease_writes_no_cancelled_outcome():
     assert [row[2] for row in lifecycle.reap("default", now=later)] == [JobStatus.CANCELLED]
     # w1's late outcomes change nothing, nor does its late progress.
     done = Finished(job.pk, claimed.attempts, "late")
-    assert lifecycle.complete_statuses("default", [done], worker_id="w2") == {}
+    assert ops_for("default").complete_statuses([done], worker_id="w2") == {}
     error = lifecycle.ErrorInfo.from_exception(RuntimeError("late"))
     assert lifecycle.fail_or_retry("default", claimed, error, worker_id="w2", retry_in=0) is None
     ops_for("default").write_progress([(job.pk, claimed.attempts, 0.5, "late")], worker_id="w2")
@@ -194,7 +194,7 @@ def test_retry_of_a_cancelled_job_clears_its_request_and_progress():
     (claimed,) = claim()
     ops_for("default").write_progress([(job.pk, claimed.attempts, 0.5, "half")], worker_id="w1")
     lifecycle.request_cancel([job.pk])
-    lifecycle.complete_statuses("default", [Finished(job.pk, 1)], worker_id="w1")
+    ops_for("default").complete_statuses([Finished(job.pk, 1)], worker_id="w1")
     assert lifecycle.retry_now([job.pk]).changed == 1
     job.refresh_from_db()
     assert (job.status, job.cancel_requested_at, job.progress) == (JobStatus.PENDING, None, None)

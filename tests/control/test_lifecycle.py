@@ -56,8 +56,8 @@ def test_claim_order_is_by_priority_then_schedule():
     a = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=3))
     b = enqueue("tests.noop", priority=50)
     c = enqueue("tests.noop", priority=0, run_at=now - timedelta(seconds=9))
-    claimed = lifecycle.claim(
-        "default", queues=["default"], worker_id="w", limit=10, lease_seconds=30
+    claimed = ops_for("default").claim(
+        queues=["default"], worker_id="w", limit=10, lease_seconds=30
     )
     assert [job.id for job in claimed] == [b.pk, c.pk, a.pk]
 
@@ -66,8 +66,8 @@ def test_expired_lease_goes_back_to_pending_and_counts_as_an_attempt():
     now = datetime(2030, 1, 1, tzinfo=UTC)
     job = enqueue("tests.noop", run_at=now, max_attempts=2)
     assert lifecycle.promote("default", now=now) == 1  # due at the injected "now"
-    claimed = lifecycle.claim(
-        "default", queues=None, worker_id="dead", limit=1, lease_seconds=5, now=now
+    claimed = ops_for("default").claim(
+        queues=None, worker_id="dead", limit=1, lease_seconds=5, now=now
     )
     assert [c.id for c in claimed] == [job.pk]
     assert lifecycle.reap("default", now=now + timedelta(seconds=4)) == []
@@ -78,7 +78,7 @@ def test_expired_lease_goes_back_to_pending_and_counts_as_an_attempt():
     assert "Lease expired: worker dead" in job.last_error
     assert job.errors[-1]["worker_id"] == "dead"
     # The second attempt is also lost: attempts are spent, so the job fails.
-    lifecycle.claim("default", queues=None, worker_id="dead2", limit=1, lease_seconds=5, now=now)
+    ops_for("default").claim(queues=None, worker_id="dead2", limit=1, lease_seconds=5, now=now)
     assert lifecycle.reap("default", now=now + timedelta(seconds=6))[0][2] == "failed"
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.FAILED, 2)
@@ -90,12 +90,12 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
     now = datetime(2030, 1, 1, tzinfo=UTC)
     job = enqueue("tests.noop", run_at=now)
     lifecycle.promote("default", now=now)
-    stale = lifecycle.claim(
-        "default", queues=None, worker_id="stale", limit=1, lease_seconds=5, now=now
+    stale = ops_for("default").claim(
+        queues=None, worker_id="stale", limit=1, lease_seconds=5, now=now
     )[0]
     lifecycle.reap("default", now=now + timedelta(seconds=10))
-    fresh = lifecycle.claim(
-        "default", queues=None, worker_id="fresh", limit=1, lease_seconds=5, now=now
+    fresh = ops_for("default").claim(
+        queues=None, worker_id="fresh", limit=1, lease_seconds=5, now=now
     )[0]
     assert fresh.attempts == 2
     # The stale worker wakes up and tries to finish: refused.
@@ -114,7 +114,7 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
 
 def test_release_gives_back_without_counting_the_attempt():
     job = enqueue("tests.noop")
-    lifecycle.claim("default", queues=None, worker_id="w", limit=1, lease_seconds=30)
+    ops_for("default").claim(queues=None, worker_id="w", limit=1, lease_seconds=30)
     assert lifecycle.release("default", [job.pk], worker_id="w") == 1
     job.refresh_from_db()
     assert (job.status, job.attempts, job.locked_by) == (JobStatus.PENDING, 0, "")
@@ -125,7 +125,7 @@ def test_heartbeat_extends_all_leases_in_one_statement(django_assert_num_queries
     for _ in range(3):
         enqueue("tests.noop", run_at=now)
     lifecycle.promote("default", now=now)
-    lifecycle.claim("default", queues=None, worker_id="w", limit=3, lease_seconds=5, now=now)
+    ops_for("default").claim(queues=None, worker_id="w", limit=3, lease_seconds=5, now=now)
     with django_assert_num_queries(1):
         extended = lifecycle.extend_leases("default", worker_id="w", lease_seconds=60, now=now)
     assert extended == 3
@@ -140,7 +140,7 @@ def test_scheduled_jobs_are_promoted_when_due_then_claimed():
     late = enqueue("tests.noop", run_at=now + timedelta(hours=1))
     assert Job.objects.filter(status=JobStatus.SCHEDULED).count() == 2
     # Nothing in the claim's index: a claim finds nothing even at the due time.
-    assert lifecycle.claim("default", queues=None, worker_id="w", limit=5, lease_seconds=5,
+    assert ops_for("default").claim(queues=None, worker_id="w", limit=5, lease_seconds=5,
                            now=now) == []  # fmt: skip
     assert lifecycle.next_due_in("default", now=now) == 0
     assert lifecycle.promote("default", now=now - timedelta(seconds=1)) == 0

@@ -285,25 +285,23 @@ def test_queue_limits_setting_parses() -> None:
 
 def test_a_global_limit_in_process_claims_no_more_than_the_limit() -> None:
     with override_settings(SQLQ={**_sqlq(), "QUEUE_LIMITS": {"reports": {"concurrency": 2}}}):
-        from django_sqlq import lifecycle
-
         bulk_enqueue("tests.noop", [{}] * 5, queue="reports")
         conf = get_settings()
         limits = dict(conf.QUEUE_LIMITS)
         from django_sqlq.db import ops_for
 
         ops_for("default").ensure_queue_rows(["reports"])
-        first = lifecycle.claim("default", queues=["reports"], worker_id="a", limit=5,
+        first = ops_for("default").claim(queues=["reports"], worker_id="a", limit=5,
                                 lease_seconds=30, limits=limits)  # fmt: skip
-        second = lifecycle.claim("default", queues=["reports"], worker_id="b", limit=5,
+        second = ops_for("default").claim(queues=["reports"], worker_id="b", limit=5,
                                  lease_seconds=30, limits=limits)  # fmt: skip
         assert (len(first), len(second)) == (2, 0)
         # A row deleted meanwhile: that claim takes none, and writes it back.
         Queue.objects.all().delete()
         Job.objects.filter(status=JobStatus.PROCESSING).update(status=JobStatus.COMPLETED)
-        assert lifecycle.claim("default", queues=["reports"], worker_id="c", limit=5,
+        assert ops_for("default").claim(queues=["reports"], worker_id="c", limit=5,
                                lease_seconds=30, limits=limits) == []  # fmt: skip
-        assert len(lifecycle.claim("default", queues=["reports", "default"], worker_id="c",
+        assert len(ops_for("default").claim(queues=["reports", "default"], worker_id="c",
                                    limit=5, lease_seconds=30, limits=limits)) == 2  # fmt: skip
 
 
@@ -313,7 +311,6 @@ def test_a_claim_of_a_limited_queue_waits_for_another_claim_of_it_to_commit(engi
     the second would count 0 running (the first has not committed) and take 2 more."""
     from django.db import connections, transaction
 
-    from django_sqlq import lifecycle
     from django_sqlq.db import ops_for
 
     limits = {"reports": QueueLimit(concurrency=2)}
@@ -324,7 +321,7 @@ def test_a_claim_of_a_limited_queue_waits_for_another_claim_of_it_to_commit(engi
     claimed, release, done = threading.Event(), threading.Event(), threading.Event()
 
     def claim(worker_id: str) -> list[object]:
-        return list(lifecycle.claim("default", queues=["reports"], worker_id=worker_id,
+        return list(ops_for("default").claim(queues=["reports"], worker_id=worker_id,
                                     limit=5, lease_seconds=30, limits=limits))  # fmt: skip
 
     def hold() -> None:

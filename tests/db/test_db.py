@@ -31,8 +31,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_claim_is_one_update_returning():
     bulk_enqueue("tests.noop", [{"n": i} for i in range(5)])
     with CaptureQueriesContext(connection) as queries:
-        claimed = lifecycle.claim(
-            "default", queues=["default"], worker_id="w", limit=3, lease_seconds=30
+        claimed = ops_for("default").claim(
+            queues=["default"], worker_id="w", limit=3, lease_seconds=30
         )
     assert len(claimed) == 3
     assert len(queries) == 1
@@ -46,7 +46,7 @@ def test_claim_is_one_update_returning():
 
 def test_completing_a_batch_is_one_statement():
     bulk_enqueue("tests.noop", [{"n": i} for i in range(50)])
-    claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=50, lease_seconds=30)
+    claimed = ops_for("default").claim(queues=None, worker_id="w", limit=50, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
         done = ops_for("default").complete_statuses(
             [Finished(job.id, job.attempts, {"n": job.id}) for job in claimed],
@@ -69,8 +69,8 @@ def test_concurrent_claims_never_hand_out_the_same_job():
         try:
             barrier.wait()
             while True:
-                batch = lifecycle.claim(
-                    "default", queues=None, worker_id=name, limit=7, lease_seconds=30
+                batch = ops_for("default").claim(
+                    queues=None, worker_id=name, limit=7, lease_seconds=30
                 )
                 if not batch:
                     break
@@ -216,7 +216,7 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
     take a shorter form of the statement on SQLite: both are checked."""
     _fill_finished_rows(2000)
     bulk_enqueue("tests.noop", [{} for _ in range(300)])
-    claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=100, lease_seconds=30)
+    claimed = ops_for("default").claim(queues=None, worker_id="w", limit=100, lease_seconds=30)
     with CaptureQueriesContext(connection) as queries:
         ops_for("default").complete_statuses(
             [Finished(job.id, job.attempts, result) for job in claimed], worker_id="w"

@@ -5,7 +5,7 @@ its cost on this machine.
 A real ``Worker`` drains no-op jobs in this process; every statement on the queue
 database's connections, in every thread of the worker, is recorded and sorted by kind. The
 counts are checked against the batches the worker claimed and wrote, as the worker itself
-counted them (``lifecycle.claim`` and the completer's writes, observed), never against
+counted them (``QueueOps.claim`` and the completer's writes, observed), never against
 totals written down here.
 """
 
@@ -21,7 +21,7 @@ import pytest
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from django_sqlq import bulk_enqueue, lifecycle
+from django_sqlq import bulk_enqueue
 from django_sqlq.db import ops_for
 from django_sqlq.models import Job
 from django_sqlq.worker import claimer as claimer_module
@@ -101,10 +101,11 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
     """The jobs of each claim and of each completion write, as the worker makes them."""
     claimed: list[int] = []
     written: list[int] = []
-    claim, complete = lifecycle.claim, Completer._complete
+    ops_class = type(ops_for("default"))
+    claim, complete = ops_class.claim, Completer._complete
 
-    def counted_claim(*args: Any, **kwargs: Any) -> Any:
-        jobs = claim(*args, **kwargs)
+    def counted_claim(self: Any, *args: Any, **kwargs: Any) -> Any:
+        jobs = claim(self, *args, **kwargs)
         claimed.append(len(jobs))
         return jobs
 
@@ -112,7 +113,7 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
         written.append(len(batch))
         return complete(self, batch)
 
-    monkeypatch.setattr(lifecycle, "claim", counted_claim)
+    monkeypatch.setattr(ops_class, "claim", counted_claim)
     monkeypatch.setattr(Completer, "_complete", counted_complete)
     return claimed, written
 

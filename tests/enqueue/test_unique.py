@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_sqlq import bulk_enqueue, enqueue, lifecycle
+from django_sqlq.db import ops_for
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Job, JobStatus
 from tests.conftest import ROOT, run_burst, wait_for
@@ -60,7 +61,7 @@ def test_a_scheduled_job_holds_its_key():
 
 def test_a_processing_job_holds_its_key():
     job = enqueue("tests.noop", unique_key="k")
-    (claimed,) = lifecycle.claim("default", queues=None, worker_id="w", limit=1, lease_seconds=30)
+    (claimed,) = ops_for("default").claim(queues=None, worker_id="w", limit=1, lease_seconds=30)
     assert claimed.id == job.pk
     again = enqueue("tests.noop", unique_key="k")
     assert again.created is False

@@ -27,6 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_sqlq import abulk_enqueue, aenqueue, bulk_enqueue, enqueue, lifecycle
+from django_sqlq.db import ops_for
 from django_sqlq.exceptions import InvalidJobError, UniqueKeyHeldError
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.testing import inline, run_jobs
@@ -467,9 +468,7 @@ def test_a_job_failed_by_the_reaper_counts_for_unique_for():
     """A worker that died: its job's lease expires, the reaper fails it (one attempt). That
     job "became failed" and has a completed_at, so unique_for covers it."""
     job = enqueue("tests.noop", unique_key="k", max_attempts=1)
-    (claimed,) = lifecycle.claim(
-        "default", queues=None, worker_id="dead", limit=1, lease_seconds=1
-    )
+    (claimed,) = ops_for("default").claim(queues=None, worker_id="dead", limit=1, lease_seconds=1)
     assert claimed.id == job.pk
     later = timezone.now() + timedelta(minutes=5)
     run_burst(clock=lambda: later)
@@ -505,7 +504,7 @@ def test_inline_mode_never_runs_the_holder_of_a_taken_key(tmp_path: Path) -> Non
     not a finished one returned under unique_for."""
     record = str(tmp_path / "ran")
     running = enqueue("tests.record", {"n": 1, "path": record}, unique_key="running")
-    (claimed,) = lifecycle.claim("default", queues=None, worker_id="w", limit=1, lease_seconds=30)
+    (claimed,) = ops_for("default").claim(queues=None, worker_id="w", limit=1, lease_seconds=30)
     assert claimed.id == running.pk
     later = enqueue("tests.record", {"n": 2, "path": record}, unique_key="later", delay=3600)
     with inline():

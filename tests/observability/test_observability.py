@@ -27,8 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_sqlq import enqueue, lifecycle, tracing
+from django_sqlq import enqueue, tracing
 from django_sqlq.conf import get_settings
+from django_sqlq.db import ops_for
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.logs import JOB_FIELDS
 from django_sqlq.models import Job, JobStatus, WorkerProcess
@@ -73,8 +74,8 @@ def test_the_metrics_parse_and_match_the_table():
     enqueue("tests.noop", {}, queue="emails")
     enqueue("tests.noop", {}, queue="emails", delay=3600)
     enqueue("tests.noop", {}, queue="reports")
-    claimed = lifecycle.claim(
-        "default", queues=["reports"], worker_id="elsewhere", limit=1, lease_seconds=60
+    claimed = ops_for("default").claim(
+        queues=["reports"], worker_id="elsewhere", limit=1, lease_seconds=60
     )
     assert len(claimed) == 1
     old = enqueue("tests.noop", {}, queue="reports")
@@ -419,7 +420,7 @@ def test_every_log_line_about_a_job_carries_the_job(caplog: pytest.LogCaptureFix
     retried = enqueue("tests.boom", {}, max_attempts=2)
     run_burst(queues=["emails", "default"])
     lost = enqueue("tests.noop", {}, queue="reports")
-    lifecycle.claim("default", queues=["reports"], worker_id="dead", limit=1, lease_seconds=60)
+    ops_for("default").claim(queues=["reports"], worker_id="dead", limit=1, lease_seconds=60)
     Job.objects.filter(pk=lost.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
     Reaper(run_burst(queues=["default"]).context).reap()  # the worker reaps it as it starts
 

@@ -29,6 +29,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlq import compat, enqueue, lifecycle
+from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
 from tests.conftest import ROOT, run_burst, wait_for
 
@@ -431,7 +432,7 @@ def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path)
 def test_statuses_map_onto_the_frameworks(tasks, backend):
     ready, running, cancelled = (tasks.add.enqueue(n, n) for n in range(3))
     lifecycle.cancel([Job.objects.get(uuid=cancelled.id).pk])
-    claimed = lifecycle.claim("default", queues=None, worker_id="w1", limit=1, lease_seconds=30)
+    claimed = ops_for("default").claim(queues=None, worker_id="w1", limit=1, lease_seconds=30)
     assert [job.id for job in claimed] == [Job.objects.get(uuid=ready.id).pk]  # oldest first
     assert backend.get_result(ready.id).status == compat.TaskResultStatus.RUNNING
     assert backend.get_result(ready.id).worker_ids == ["w1"]

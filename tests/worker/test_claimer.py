@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_sqlq import enqueue, lifecycle
+from django_sqlq import enqueue
+from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
 from django_sqlq.worker.claimer import MAX_PREFETCH, PREFETCH_HOLD, PREFETCH_WINDOW
@@ -93,8 +94,8 @@ def test_jobs_that_waited_past_the_hold_are_given_back_and_prefetch_pauses():
     worker = Worker(worker_id="w-claimer")
     enqueue("tests.noop")
     enqueue("tests.noop")
-    old, fresh = lifecycle.claim(
-        "default", queues=None, worker_id="w-claimer", limit=2, lease_seconds=60
+    old, fresh = ops_for("default").claim(
+        queues=None, worker_id="w-claimer", limit=2, lease_seconds=60
     )
     worker.held.add([old.id, fresh.id])
     worker.claimer.jobs_claimed = worker.pool.busy = 2
@@ -113,9 +114,7 @@ def test_jobs_that_waited_past_the_hold_are_given_back_and_prefetch_pauses():
 def test_on_stop_the_unstarted_jobs_are_given_back():
     worker = Worker(worker_id="w-stop")
     job = enqueue("tests.noop")
-    claimed = lifecycle.claim(
-        "default", queues=None, worker_id="w-stop", limit=1, lease_seconds=60
-    )
+    claimed = ops_for("default").claim(queues=None, worker_id="w-stop", limit=1, lease_seconds=60)
     worker.held.add([job.id])
     worker.pool.busy = 1
     worker.pool.inbox.put_many(claimed)

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from django_sqlq import bulk_enqueue, lifecycle, registry
+from django_sqlq import bulk_enqueue, registry
+from django_sqlq.db import ops_for
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
@@ -132,8 +133,8 @@ def refuse_marked_results() -> Iterator[None]:
 def test_a_refused_completion_fails_its_attempt_and_the_others_are_written():
     worker = Worker(worker_id="w-completer", backoff=lambda _: 0)
     jobs = bulk_enqueue("tests.noop", [{}, {}, {}])
-    claimed = lifecycle.claim(
-        "default", queues=None, worker_id="w-completer", limit=3, lease_seconds=60
+    claimed = ops_for("default").claim(
+        queues=None, worker_id="w-completer", limit=3, lease_seconds=60
     )
     worker.held.add(job.id for job in claimed)
     first, refused, last = sorted(claimed, key=lambda job: job.id)
@@ -158,9 +159,7 @@ def test_a_refused_completion_fails_its_attempt_and_the_others_are_written():
 def test_a_completion_for_a_job_this_worker_no_longer_holds_changes_nothing():
     worker = Worker(worker_id="w-late")
     bulk_enqueue("tests.noop", [{}])
-    (job,) = lifecycle.claim(
-        "default", queues=None, worker_id="w-other", limit=1, lease_seconds=60
-    )
+    (job,) = ops_for("default").claim(queues=None, worker_id="w-other", limit=1, lease_seconds=60)
     worker.completer.write([Done(job, 1, noop_handler(), 0.0)])
     row = Job.objects.get(id=job.id)
     assert (row.status, row.locked_by) == (JobStatus.PROCESSING, "w-other")

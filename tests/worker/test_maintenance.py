@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_sqlq import enqueue, lifecycle
+from django_sqlq import enqueue
+from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus, WorkerProcess
 from django_sqlq.worker import Worker
 from django_sqlq.worker.context import HeldJobs
@@ -103,8 +104,8 @@ def test_a_heartbeat_renews_the_held_leases_and_the_worker_row():
     worker = Worker(worker_id="w-1", lease_seconds=30, clock=clock)
     WorkerProcess.objects.register("w-1", queues=["default"], concurrency=1)
     held, other = enqueue("tests.noop"), enqueue("tests.noop")
-    claimed = lifecycle.claim(
-        "default", queues=None, worker_id="w-1", limit=2, lease_seconds=30, now=T0
+    claimed = ops_for("default").claim(
+        queues=None, worker_id="w-1", limit=2, lease_seconds=30, now=T0
     )
     assert {job.id for job in claimed} == {held.id, other.id}
     worker.held.add([held.id])  # the other one is no longer tracked: it is left to expire
@@ -123,7 +124,7 @@ def test_the_reaper_returns_expired_leases_and_wakes_the_worker():
     clock = Clock()
     worker = Worker(worker_id="w-2", lease_seconds=30, clock=clock)
     job = enqueue("tests.noop")
-    lifecycle.claim("default", queues=None, worker_id="dead", limit=1, lease_seconds=30, now=T0)
+    ops_for("default").claim(queues=None, worker_id="dead", limit=1, lease_seconds=30, now=T0)
     worker.reaper.reap()  # not expired yet
     assert Job.objects.get(id=job.id).status == JobStatus.PROCESSING
     assert not worker.wakeup.is_set()

@@ -7,7 +7,8 @@ from collections import deque
 
 import pytest
 
-from django_sqlq import enqueue, lifecycle, registry
+from django_sqlq import enqueue, registry
+from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
 from django_sqlq.worker.inbox import STOP, Inbox
@@ -45,9 +46,7 @@ def test_a_runner_pool_runs_the_jobs_put_in_its_inbox_and_stops():
     registry.autodiscover()  # as Worker.run does
     worker = Worker(worker_id="w-pool", concurrency=2)
     jobs = [enqueue("tests.add", {"a": i, "b": 1}) for i in range(3)]
-    claimed = lifecycle.claim(
-        "default", queues=None, worker_id="w-pool", limit=3, lease_seconds=60
-    )
+    claimed = ops_for("default").claim(queues=None, worker_id="w-pool", limit=3, lease_seconds=60)
     pool = worker.pool
     pool.busy = len(claimed)
     pool.inbox.put_many(claimed)

@@ -17,9 +17,9 @@ from django_sqlq import (
     cancel,
     enqueue,
     handler,
-    lifecycle,
     workflows,
 )
+from django_sqlq.db import ops_for
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.jobcontext import JobContext
@@ -266,10 +266,13 @@ def test_a_job_waited_for_after_its_claim_releases_its_waiter(tmp_path):
 
 def test_the_plain_completion_leaves_out_a_job_waited_for():
     job = enqueue("wf.record", {})
-    claimed = lifecycle.claim("default", queues=None, worker_id="w", limit=1, lease_seconds=60)
+    claimed = ops_for("default").claim(queues=None, worker_id="w", limit=1, lease_seconds=60)
     waiter = enqueue("wf.record", {}, depends_on=[job])
     done = [Finished(claimed[0].id, claimed[0].attempts)]
-    assert lifecycle.complete_statuses("default", done, worker_id="w", unwaited=True) == {}
+    assert (
+        ops_for("default").complete_statuses(done, worker_id="w", unwaited=True, skip_locked=True)
+        == {}
+    )
     assert status(job) == JobStatus.PROCESSING
     outcome = workflows.complete("default", [(claimed[0], None, None)], worker_id="w")
     assert outcome.statuses == {job.pk: JobStatus.COMPLETED}

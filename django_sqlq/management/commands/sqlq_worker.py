@@ -31,7 +31,8 @@ from django_sqlq.management.option_types import (
     tasks_backend,
     worker_name,
 )
-from django_sqlq.management.worker_options import known_queues, parsed, parsed_one, usage_error
+from django_sqlq.management.worker_options import parsed, parsed_one, usage_error
+from django_sqlq.queues import worker_queues
 from django_sqlq.worker import Worker, WorkerError, unreachable
 from django_sqlq.worker import signals as stopsignals
 
@@ -136,7 +137,7 @@ class Command(SQLQCommand):
         **options: Any,
     ) -> None:
         try:
-            conf = get_settings()
+            get_settings()  # a broken SQLQ setting stops the command here, as a usage error
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         # call_command(..., name=value) skips argparse's type=: validate those values here
@@ -193,7 +194,7 @@ class Command(SQLQCommand):
                 if not queues:
                     raise usage_error(f"No queue of TASKS[{backend_name!r}] is left to serve.")
         if queues:
-            known = known_queues(conf.QUEUES)
+            known = worker_queues()
             unknown = [q for q in queues if known is not None and q not in known]
             if unknown:
                 raise usage_error(
