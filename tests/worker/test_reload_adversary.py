@@ -167,7 +167,7 @@ def test_a_change_storm_during_a_long_job(
         enqueue("adv26r.long", {"started": str(started), "release": str(release),
                                 "out": str(out), "n": 0})  # fmt: skip
     worker = spawn(reaped, app, "--concurrency", "2")
-    wait_for(started.exists, 30)
+    wait_for(lambda: started.exists() and started.read_text(), 30)  # created, then written
     first_pid = int(started.read_text())
     for n in range(1, 6):
         rewrite(app["jobs"], GOOD.format(version=f"v{n + 1}"))
@@ -198,7 +198,7 @@ def test_sigint_twice_to_the_parent_forces_and_records_the_running_job(
         job = enqueue("adv26r.long", {"started": str(started), "release": str(release),
                                       "out": str(out), "n": 0}, max_attempts=3)  # fmt: skip
     worker = spawn(reaped, app)
-    wait_for(started.exists, 30)
+    wait_for(lambda: started.exists() and started.read_text(), 30)  # created, then written
     worker.signal(signal.SIGINT)
     wait_for(lambda: "finishing running jobs" in worker.output(), 30)
     assert worker.proc.poll() is None
@@ -220,7 +220,7 @@ def test_sigterm_while_a_restart_waits_for_a_job_stops_without_a_new_worker(
         enqueue("adv26r.long", {"started": str(started), "release": str(release),
                                 "out": str(out), "n": 0})  # fmt: skip
     worker = spawn(reaped, app)
-    wait_for(started.exists, 30)
+    wait_for(lambda: started.exists() and started.read_text(), 30)  # created, then written
 
     def restarting() -> bool:
         if "changed: restarting" in worker.output():
@@ -247,7 +247,7 @@ def test_the_parent_killed_leaves_no_orphan_worker(
         enqueue("adv26r.long", {"started": str(started), "release": str(release),
                                 "out": str(out), "n": 0})  # fmt: skip
     worker = spawn(reaped, app)
-    wait_for(started.exists, 30)
+    wait_for(lambda: started.exists() and started.read_text(), 30)  # created, then written
     child = int(started.read_text())
     worker.signal(signal.SIGKILL)
     worker.wait(10)
