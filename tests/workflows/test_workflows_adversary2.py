@@ -12,6 +12,7 @@ import random
 import re
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -574,12 +575,14 @@ def test_operators_cancel_running_chain_steps_while_3_workers_complete_them(
     }
     errors = []
     hit: dict[int, str] = {}  # the steps cancel() said it cancelled or asked to stop
-    deadline_rounds = 200
+    # Until the chains end (at most 60 s): a count of rounds ran out before a loaded
+    # machine's workers had started a step.
+    deadline = time.monotonic() + 60
     while (
-        deadline_rounds
+        time.monotonic() < deadline
         and Job.objects.filter(type="wf.step").exclude(status__in=FINISHED).exists()
     ):
-        deadline_rounds -= 1
+        time.sleep(0.005)
         running = list(Job.objects.filter(type="wf.step", status=JobStatus.PROCESSING)[:20])
         for job in rng.sample(running, min(2, len(running))):
             try:
