@@ -589,8 +589,9 @@ def test_a_cancel_answered_requested_always_ends_cancelled_while_workers_race_it
     from django_sqlq import bulk_enqueue
 
     log = tmp_path / "spans"
+    # Jobs long enough to be seen running on a loaded machine (at 10 ms no poll saw one).
     jobs = bulk_enqueue(
-        "tests.span", [{"n": n, "path": str(log), "seconds": 0.01} for n in range(150)]
+        "tests.span", [{"n": n, "path": str(log), "seconds": 0.2} for n in range(150)]
     )
     for _ in range(2):
         spawn_worker("--concurrency", "4")
