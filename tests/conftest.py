@@ -70,7 +70,8 @@ class _Shard:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        kept, left = [], []
+        kept: list[pytest.Item] = []
+        left: list[pytest.Item] = []
         for index, item in enumerate(items):
             (kept if index % self.count == self.number - 1 else left).append(item)
         if left:

@@ -209,7 +209,7 @@ def test_delete_deletes_all_but_running_jobs() -> None:
 
 def test_changes_go_through_the_lifecycle_functions(monkeypatch: pytest.MonkeyPatch) -> None:
     from django_sqlq import lifecycle
-    from django_sqlq.management.commands import sqlq_jobs
+    from django_sqlq.management import jobs_options
 
     calls: list[tuple[str, list[int], str | None]] = []
     job = make(JobStatus.FAILED)
@@ -221,8 +221,8 @@ def test_changes_go_through_the_lifecycle_functions(monkeypatch: pytest.MonkeyPa
             return _r(ids, alias=alias)
 
         action = {"retry_now": "retry", "cancel_or_request": "cancel", "delete": "delete"}[name]
-        done, _function, rule = sqlq_jobs.CHANGES[action]
-        monkeypatch.setitem(sqlq_jobs.CHANGES, action, (done, spy, rule))
+        done, _function, rule = jobs_options.CHANGES[action]
+        monkeypatch.setitem(jobs_options.CHANGES, action, (done, spy, rule))
     jobs("retry", str(job.pk))
     jobs("cancel", str(job.pk))
     jobs("delete", str(job.pk))

@@ -42,8 +42,13 @@ def test_dotted_path_backoff_policy():
 
 
 def test_the_retry_policy_retries_while_attempts_remain_unless_told_not_to():
-    asked = []
-    policy = retries.RetryPolicy(lambda attempts: asked.append(attempts) or 5.0)
+    asked: list[int] = []
+
+    def backoff(attempts: int) -> float:
+        asked.append(attempts)
+        return 5.0
+
+    policy = retries.RetryPolicy(backoff)
     assert policy.retry_in(1, 3) == 5.0
     assert policy.retry_in(3, 3) is None  # attempts spent
     assert policy.retry_in(1, 3, retry=False) is None  # the handler said no

@@ -242,12 +242,6 @@ def test_bulk_enqueue_rolls_back_with_the_caller():
     assert not Job.objects.exists()
 
 
-def test_encode_json_is_still_importable_from_api():
-    from django_sqlq import api, jsoncodec
-
-    assert api.encode_json is jsoncodec.encode_json
-
-
 def test_decode_json_reads_text_bytes_and_decoded_values():
     from django_sqlq.jsoncodec import decode_json, encode_json
 

@@ -109,7 +109,7 @@ def test_a_task_runs_on_django_sqlq_when_its_backend_is_an_sqlq_backend_or_a_sub
     dummy = import_string(f"{compat.FRAMEWORK}.backends.dummy.DummyBackend")
 
     def on(backend: object) -> bool:
-        return on_sqlq(SimpleNamespace(get_backend=lambda: backend))
+        return on_sqlq(SimpleNamespace(get_backend=lambda: backend))  # type: ignore[arg-type]
 
     assert on(SQLQBackend("a", {"OPTIONS": {}}))
     assert on(_SubclassBackend("b", {"OPTIONS": {}}))
