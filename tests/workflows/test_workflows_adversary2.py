@@ -582,7 +582,6 @@ def test_operators_cancel_running_chain_steps_while_3_workers_complete_them(
         time.monotonic() < deadline
         and Job.objects.filter(type="wf.step").exclude(status__in=FINISHED).exists()
     ):
-        time.sleep(0.005)
         running = list(Job.objects.filter(type="wf.step", status=JobStatus.PROCESSING)[:20])
         for job in rng.sample(running, min(2, len(running))):
             try:
