@@ -176,6 +176,11 @@ class ClaimOps(QueueRowOps):
             return self._claim_capped(order, caps, worker_id, limit, lease_seconds, now)
         with transaction.atomic(using=self.connection.alias, savepoint=False):
             starts, clock = self.lock_queue_rows(limited, now=now)
+            if now is None and clock is not None:
+                # The claimed jobs start at the clock the rate window was checked and is
+                # recorded at, not at the claim statement's own (later) clock: otherwise
+                # a window recorded early lets the next holder start within the period.
+                now = self.moment_at(clock)
             missing = [name for name in limited if name not in starts]
             if missing:  # its row was deleted: none of it this time, a row for the next
                 self.ensure_queue_rows(missing)

@@ -20,7 +20,7 @@ agree), a datetime means an injected clock (tests).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -113,6 +113,11 @@ class Dialect:
         if now is None:
             return None
         return self.connection.ops.adapt_datetimefield_value(now)
+
+    def moment_at(self, epoch: float) -> datetime:
+        """The time ``epoch`` (as :meth:`epoch_sql` reads the clock) as a ``now`` to pass
+        to the statements that take one."""
+        return datetime.fromtimestamp(epoch, tz=UTC)
 
     def take_write_lock(self) -> None:
         """At the start of a transaction that will write, take what a write needs up front

@@ -169,18 +169,19 @@ class PostgreSQLOps(QueueOps):
         # Row locks in name order (two claims never wait for each other crosswise), held
         # until the claim's transaction ends; every other claim of these queues waits.
         # The counts that follow are separate statements: in READ COMMITTED each sees
-        # what the claims before it committed.
+        # what the claims before it committed. The clock is read after the lock is held, in
+        # a statement of its own: a statement's timestamp is taken before it waits, and a
+        # rate window needs each holder's clock later than the last holder's starts.
         sql = (
-            f"SELECT name, recent_starts, {self.epoch_sql()} FROM {self.queue_table} "
+            f"SELECT name, recent_starts FROM {self.queue_table} "
             f"WHERE name = ANY(%(names)s) ORDER BY name FOR UPDATE"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"names": list(names), "now": self.clock(now)})
+            cursor.execute(sql, {"names": list(names)})
             rows = cursor.fetchall()
-            if not rows:
-                cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
-                return {}, float(cursor.fetchone()[0])
-        return {row[0]: read_starts(row[1]) for row in rows}, float(rows[0][2])
+            cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
+            clock = float(cursor.fetchone()[0])
+        return {row[0]: read_starts(row[1]) for row in rows}, clock
 
     # -- new jobs (insert.py) --------------------------------------------------------------
 

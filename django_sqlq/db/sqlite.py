@@ -245,24 +245,29 @@ class SQLiteOps(QueueOps):
     def epoch_sql(self) -> str:
         return f"((julianday({self.now_sql()}) - 2440587.5) * 86400.0)"
 
+    def moment_at(self, epoch: float) -> datetime:
+        moment = super().moment_at(epoch)
+        # Under USE_TZ = False the clock reads local wall time (now_sql): the same, naive.
+        return moment.replace(tzinfo=None) if _local_time() else moment
+
     def lock_queue_rows(
         self, names: Sequence[str], *, now: datetime | None = None
     ) -> tuple[dict[str, list[float]], float | None]:
         # A write first: it takes SQLite's write lock (whatever the transaction mode), which
         # every other claim of a limited queue, on any connection, then waits for.
+        # The clock is read once the lock is held (a statement that waited for it may have
+        # read 'now' before it waited).
         in_sql, params = self.in_list_sql("name", list(names), "names")
         sql = (
             f"UPDATE {self.queue_table} SET recent_starts = recent_starts WHERE {in_sql} "
-            f"RETURNING name, recent_starts, {self.epoch_sql()}"
+            f"RETURNING name, recent_starts"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {**params, "now": self.clock(now)})
+            cursor.execute(sql, params)
             rows = cursor.fetchall()
-        if not rows:
-            with self.connection.cursor() as cursor:
-                cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
-                return {}, float(cursor.fetchone()[0])
-        return {row[0]: read_starts(row[1]) for row in rows}, float(rows[0][2])
+            cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
+            clock = float(cursor.fetchone()[0])
+        return {row[0]: read_starts(row[1]) for row in rows}, clock
 
     # -- new jobs (insert.py) --------------------------------------------------------------
 

@@ -357,6 +357,30 @@ def test_a_claim_of_a_limited_queue_waits_for_another_claim_of_it_to_commit(engi
     assert second == [[]]
 
 
+def test_a_rate_limited_claim_records_the_starts_its_jobs_have() -> None:
+    """The rate window is checked and recorded at one clock, and the claimed jobs start at
+    that clock: recorded earlier than the jobs' ``started_at`` (the claim statement's own
+    clock, as before), the next claim counted from too early a start and a worker started
+    six jobs of a "4/s" queue within one second."""
+    from django_sqlq.db import ops_for
+
+    limits = {"reports": QueueLimit(rate=2, period=1.0)}
+    bulk_enqueue("tests.noop", [{}] * 3, queue="reports")
+    ops_for("default").ensure_queue_rows(["reports"])
+    jobs = ops_for("default").claim(queues=["reports"], worker_id="a", limit=5,
+                                    lease_seconds=30, limits=limits)  # fmt: skip
+    assert len(jobs) == 2
+    recorded = sorted(Queue.objects.get(name="reports").recent_starts)
+    started = sorted(
+        t.timestamp()
+        for t in Job.objects.filter(status=JobStatus.PROCESSING).values_list(
+            "started_at", flat=True
+        )
+        if t is not None
+    )
+    assert recorded == pytest.approx(started, abs=1e-4)
+
+
 def _lock_waits() -> int:
     from django.db import connection
 
