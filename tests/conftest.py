@@ -82,6 +82,36 @@ class _Shard:
 def pytest_configure(config: pytest.Config) -> None:
     if spec := os.environ.get("SQLQ_TEST_SHARD"):
         config.pluginmanager.register(_Shard(spec), "sqlq-shard")
+    _flush_postgresql_with_delete()
+
+
+def _flush_postgresql_with_delete() -> None:
+    """Empty the tables after a ``transaction=True`` test with DELETE, not TRUNCATE.
+
+    Django's PostgreSQL flush TRUNCATEs the tables, which gives each one new files: about
+    0.15 s a test on these machines, where DELETE of the few rows a test leaves takes 4 ms,
+    and a thousand such tests run per PostgreSQL tier. The foreign keys Django makes are
+    deferred, so the order of the DELETEs does not matter inside the flush's transaction.
+    Only this test process flushes; the worker processes it starts are untouched."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(
+        self: DatabaseOperations,
+        style: Any,
+        tables: Any,
+        *,
+        reset_sequences: bool = False,
+        allow_cascade: bool = False,
+    ) -> list[str]:
+        if reset_sequences or allow_cascade or not tables:
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        return [f"DELETE FROM {self.quote_name(table)};" for table in tables]
+
+    DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign,assignment]
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
