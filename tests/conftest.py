@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -83,6 +84,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if spec := os.environ.get("SQLQ_TEST_SHARD"):
         config.pluginmanager.register(_Shard(spec), "sqlq-shard")
     _flush_postgresql_with_delete()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The CPU this run spent, and the processes it started (worker processes, manage.py
+    commands; the database server's is not here): CI's time is a budget, spent mostly on
+    CPU when several runs share 2 cores."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    terminalreporter.write_line(
+        f"CPU: this process {own.ru_utime + own.ru_stime:.0f} s, "
+        f"the processes it started {children.ru_utime + children.ru_stime:.0f} s"
+    )
 
 
 def _flush_postgresql_with_delete() -> None:
