@@ -136,8 +136,8 @@ def fail_or_retry(
     when a cancel was requested while it ran.
 
     ``retry_in`` is the retry policy's decision (``django_sqlq.retries``: attempts left,
-    the handler's ``retry``, the backoff); this writes it. Returns the new status, or None
-    when this worker no longer held the job.
+    ``retry=False`` for a result that cannot be stored, the backoff); this writes it.
+    Returns the new status, or None when this worker no longer held the job.
     """
     with transaction.atomic(using=alias, savepoint=False):
         status = ops_for(alias).fail(

@@ -2,11 +2,12 @@
 
 One place decides it for every path that records a failed attempt (the worker's failure
 writer, the in-process runner of ``testing``/inline mode): a job is retried while it has
-attempts left (``attempts < max_attempts``), unless its handler said not to (``retry=False``)
-or it was cancelled; it waits out a backoff first, exponential (``RETRY_BACKOFF_BASE`` *
-2^(attempts-1), capped at ``RETRY_BACKOFF_MAX``, +-25% jitter) or the user's own
-``SQLQ["RETRY_BACKOFF"]`` function. The statement that writes the attempt
-(``db/outcomes.OutcomeOps.fail``) only applies the decision, fenced by worker and attempt.
+attempts left (``attempts < max_attempts``), unless it was cancelled or its attempt cannot
+be retried (``retry=False``: its result could not be stored); it waits out a backoff
+first, exponential (``RETRY_BACKOFF_BASE`` * 2^(attempts-1), capped at
+``RETRY_BACKOFF_MAX``, +-25% jitter) or the user's own ``SQLQ["RETRY_BACKOFF"]`` function.
+The statement that writes the attempt (``db/outcomes.OutcomeOps.fail``) only applies the
+decision, fenced by worker and attempt.
 
 The reaper's retry of an expired lease is not a failed attempt of a handler and has no
 backoff: its statement (``db/upkeep.py``) decides it alone.
@@ -74,7 +75,7 @@ class RetryPolicy:
         self, attempts: int, max_attempts: int, *, retry: bool = True, cancel: bool = False
     ) -> float | None:
         """Seconds before attempt ``attempts + 1`` (0: pending at once), or None: no retry
-        (its attempts are spent, its handler said ``retry=False``, or it was cancelled).
+        (its attempts are spent, ``retry=False``, or it was cancelled).
         The backoff is asked only for an attempt that is retried."""
         if cancel or not retry or attempts >= max_attempts:
             return None

@@ -103,9 +103,9 @@ class OutcomeOps(Dialect):
         None if this worker no longer held the job (fenced).
 
         Whether the attempt is retried, and when, is the retry policy's decision
-        (``django_sqlq.retries.RetryPolicy.retry_in``: attempts left, the handler's
-        ``retry``, the backoff); the statement applies it, and adds only what the row alone
-        knows: a cancel requested while the attempt ran."""
+        (``django_sqlq.retries.RetryPolicy.retry_in``: attempts left, ``retry=False`` for
+        a result that cannot be stored, the backoff); the statement applies it, and adds
+        only what the row alone knows: a cancel requested while the attempt ran."""
         now_sql = self.now_sql()
         cancelled = "(cancel_requested_at IS NOT NULL OR %(cancel)s)"
         final = f"(%(no_retry)s OR {cancelled})"
