@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import statistics
 import time
@@ -53,10 +54,12 @@ def test_sigterm_finishes_running_jobs_and_gives_back_claimed_ones_at_once(
         )
     waiting_ids = [job.pk for job in waiting]
     until(lambda: len(runs(tmp_path / "started")) == 2, 30, "both slow jobs started")
+    # How many it claims ahead is its prefetch's choice (what it learned of the jobs' speed:
+    # under a loaded machine, fewer): at least one, held and not started.
     until(
-        lambda: Job.objects.filter(pk__in=waiting_ids, status=JobStatus.PROCESSING).count() == 30,
+        lambda: Job.objects.filter(pk__in=waiting_ids, status=JobStatus.PROCESSING).exists(),
         10,
-        "the 30 other jobs claimed ahead (in the worker's hands, not started)",
+        "other jobs claimed ahead (in the worker's hands, not started)",
     )
 
     signalled = time.monotonic()
@@ -80,7 +83,9 @@ def test_sigterm_finishes_running_jobs_and_gives_back_claimed_ones_at_once(
     finished = Job.objects.filter(pk__in=[j.pk for j in running])
     assert set(finished.values_list("status", "attempts")) == {(JobStatus.COMPLETED, 1)}
     assert runs(tmp_path / "ran") == {1: [worker.pid], 2: [worker.pid]}
-    assert "gave back 30 unstarted job(s)" in worker.output()
+    gave_back = re.search(r"gave back (\d+) unstarted job\(s\)", worker.output())
+    assert gave_back is not None, worker.output()
+    assert 1 <= int(gave_back[1]) <= 30, worker.output()
     report(given_back_after_sigterm_seconds=round(given_back, 3))
 
 
