@@ -430,6 +430,15 @@ def _wait_for_the_new_payload(workers: list[WorkerProcess]) -> None:
         raise
 
 
+def _all_logged(workers: list[WorkerProcess], text: str) -> None:
+    """Wait until every worker logged ``text``; fail with what they logged if one did not."""
+    try:
+        wait_for(lambda: all(text in worker.output() for worker in workers), 30)
+    except AssertionError:
+        said = "\n\n".join(worker.output()[-4000:] for worker in workers)
+        raise AssertionError(f"not every worker logged {text!r}:\n{said}") from None
+
+
 def _stop_workers(workers: list[WorkerProcess]) -> None:
     for worker in workers:
         worker.signal(signal.SIGTERM)
@@ -479,6 +488,11 @@ def test_two_workers_under_add_change_disable_enable_delete(
         return ScheduleTick.objects.filter(name=name).count()
 
     wait_for(lambda: ticks("adv-a") >= 3 and ticks("adv-b") >= 2 and ticks("adv-c") >= 3, 30)
+    # Both workers read the three rows before they change (one worker can make every tick
+    # while the other, between two reads of the table, has not seen them yet: it would then
+    # never see them enabled, and never log them disabled).
+    for name in ("adv-a", "adv-b", "adv-c"):
+        _all_logged(workers, f"Schedule {name}: ")
     row_a = DatabaseSchedule.objects.get(name="adv-a")
     row_a.payload = {"v": 2}
     row_a.save()
@@ -486,8 +500,8 @@ def test_two_workers_under_add_change_disable_enable_delete(
     row_b.enabled = False
     row_b.save()
     DatabaseSchedule.objects.filter(name="adv-c").delete()
-    wait_for(lambda: all("adv-b was disabled" in w.output() for w in workers), 30)
-    wait_for(lambda: all("adv-c was disabled" in w.output() for w in workers), 30)
+    _all_logged(workers, "adv-b was disabled")
+    _all_logged(workers, "adv-c was disabled")
 
     _wait_for_the_new_payload(workers)
     b_stopped, c_stopped = ticks("adv-b"), ticks("adv-c")
