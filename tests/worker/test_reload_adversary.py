@@ -261,7 +261,7 @@ def test_the_parent_killed_leaves_no_orphan_worker(
         return False
 
     try:
-        wait_for(gone, 20)
+        wait_for(gone, 60)  # it notices, finishes its job and exits: a bound, not a pace
     finally:
         if not gone():
             os.kill(child, signal.SIGKILL)
