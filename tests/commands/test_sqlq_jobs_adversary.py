@@ -349,7 +349,7 @@ def test_a_running_job_cancelled_from_the_command_ends_cancelled(
     )
     worker = spawn_worker()
     worker.wait_ready()
-    wait_for(lambda: Job.objects.filter(pk=job.pk, status=JobStatus.PROCESSING).exists(), 20)
+    wait_for(lambda: Job.objects.filter(pk=job.pk, status=JobStatus.PROCESSING).exists(), 30)
     out, err, code = run("cancel", str(job.pk), "--json")
     assert (code, json.loads(out)[0]["result"]) == (0, "cancel requested"), err
     # delete of the running job is skipped, the job stays
@@ -357,12 +357,12 @@ def test_a_running_job_cancelled_from_the_command_ends_cancelled(
     assert code == 1
     assert json.loads(out)[0]["result"] in ("skipped", "deleted")
     if json.loads(out)[0]["result"] == "skipped":
-        wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED, 20)
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED, 30)
         # now it can be retried and runs again
         out, err, code = run("retry", str(job.pk), "--json")
         assert (code, json.loads(out)[0]["result"]) == (0, "retried"), err
         out, err, code = run("cancel", str(job.pk), "--json")
         assert code == 0, err
-        wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED, 20)
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED, 30)
     worker.signal(15)
     worker.wait()

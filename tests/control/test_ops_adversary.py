@@ -527,21 +527,23 @@ def test_a_pause_while_jobs_are_being_claimed_stops_the_claims(
 
     log = tmp_path / "spans"
     bulk_enqueue(
-        "tests.span", [{"n": n, "path": str(log), "seconds": 0.05} for n in range(400)],
+        # 400 jobs of 0.2 s on 4 threads: 20 s of work, so that the pause (read within a
+        # second, more on a loaded machine) comes while many are still pending.
+        "tests.span", [{"n": n, "path": str(log), "seconds": 0.2} for n in range(400)],
         queue="emails",
     )  # fmt: skip
     worker = spawn_worker(*queue_args, "--concurrency", "4")
     wait_for(lambda: _started("emails") >= 10, timeout=30)
     assert pause_queue("emails") is True
-    wait_for(lambda: "Queue emails paused" in worker.output(), timeout=10)
-    wait_for(lambda: not Job.objects.filter(queue="emails", status="processing").exists(), 10)
+    wait_for(lambda: "Queue emails paused" in worker.output(), timeout=30)
+    wait_for(lambda: not Job.objects.filter(queue="emails", status="processing").exists(), 30)
     before = _started("emails")
     assert before < 400
     marker = enqueue("tests.noop", {})  # the worker still claims: the other queues
-    wait_for(lambda: _status(marker) == JobStatus.COMPLETED, timeout=10)
+    wait_for(lambda: _status(marker) == JobStatus.COMPLETED, timeout=30)
     assert _started("emails") == before
     assert resume_queue("emails") is True
-    wait_for(lambda: _started("emails") > before, timeout=10)
+    wait_for(lambda: _started("emails") > before, timeout=30)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Processes for tests/workflows/test_contention_adversary.py (issue 27 adversary):
 
-``python -m tests.faults.contention_procs enqueue SECONDS PATH MODE SEED``: rounds of groups of
+``python -m tests.faults.contention_procs enqueue SECONDS PATH MODE SEED``: for SECONDS (and at
+least MIN_ROUNDS rounds, however slow the machine), rounds of groups of
 contention.* jobs (some chains, some atomic, some "victims" an operator cancels, deletes and
 retries) and, while workers finish them, jobs that wait for them in awkward shapes: a
 diamond (a job waiting for W and for W's own dependency, and W's chain), several
@@ -241,12 +242,17 @@ def _until_one_starts(ids: list[int]) -> None:
         time.sleep(0.001)
 
 
+#: Rounds an ``enqueue`` process writes whatever SECONDS allows: a round waits up to 2 s for
+#: the workers and takes longer on a loaded machine; the tests want many waiters.
+MIN_ROUNDS = 5
+
+
 def enqueue_main(argv: list[str]) -> int:
     seconds, path, mode, seed = float(argv[0]), argv[1], argv[2], int(argv[3])
     setup()
     enqueuer = Enqueuer(path, mode, seed)
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or enqueuer.rounds < MIN_ROUNDS:
         enqueuer.one_round()
     print(f"rounds {enqueuer.rounds}")
     print("waiters " + ",".join(map(str, enqueuer.waiters)))

@@ -1,4 +1,5 @@
-"""``python -m tests.faults.fanin_enqueuer SECONDS PATH MODE SEED``: for SECONDS, write
+"""``python -m tests.faults.fanin_enqueuer SECONDS PATH MODE SEED``: for SECONDS (and at
+least MIN_ROUNDS rounds, however slow the machine), write
 groups of wf.record jobs and, while workers are finishing them, jobs that wait for them, as
 a site that fans in on running work does. Each round: a group of GROUP jobs (committed),
 a wait until the workers run some of it, then (MODE ``view``) one transaction that calls
@@ -17,6 +18,9 @@ import time
 from contextlib import nullcontext
 
 GROUP = 12
+#: Rounds written whatever SECONDS allows: a round can take over 2 s on a loaded machine (its
+#: wait for the workers is capped at 2 s), and the test wants several.
+MIN_ROUNDS = 5
 
 
 def main(argv: list[str]) -> int:
@@ -35,7 +39,7 @@ def main(argv: list[str]) -> int:
     fan_ins: list[Job] = []
     rounds = 0
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or rounds < MIN_ROUNDS:
         name = f"{mode}{rounds}"
         group = bulk_enqueue(
             "wf.record",

@@ -130,7 +130,8 @@ def test_enqueuers_workers_and_a_lock_holder(tmp_path, pool, worker_env, report)
         codes = [proc.wait(120) for proc in enqueuers]
         enqueued = time.monotonic() - started
         total = Job.objects.count()
-        until(lambda: Job.objects.completed().count() == total, 60, "every job completed")
+        # How fast four workers drain under the lock holder is the machine's: a bound only.
+        until(lambda: Job.objects.completed().count() == total, 180, "every job completed")
         drained = time.monotonic() - started
     finally:
         holder.stop.set()

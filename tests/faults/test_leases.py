@@ -81,11 +81,14 @@ def test_a_job_five_times_longer_than_its_lease_completes_once(tmp_path, spawn_w
         max_attempts=1,  # a lost lease would fail the job: no silent retry hides it
     )
     env = {"SQLQ_TEST_LEASE_SECONDS": str(lease)}
+    # A second worker, ready to reap any lease that runs out (the reaper serves every queue)
+    # before the jobs start: started after them, on a loaded machine it was ready only when
+    # they were nearly done, and the test saw few of their renewals. It serves another
+    # queue, so that the jobs are the first worker's.
+    other = spawn_worker("--worker-id", "other", "--queue", "emails", env=env)
+    other.wait_ready()
     worker = spawn_worker("--worker-id", "long", "--concurrency", "3", env=env)
     until(lambda: len(runs(started)) == 3, 30, "the three jobs started")
-    # A second worker, ready to reap any lease that runs out.
-    other = spawn_worker("--worker-id", "other", env=env)
-    other.wait_ready()
 
     samples: list[set[datetime | None]] = []
 

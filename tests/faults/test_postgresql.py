@@ -50,13 +50,13 @@ def test_connection_cut_during_a_claim(tmp_path, spawn_worker, report):
             cursor.execute("LOCK TABLE sqlq_job IN SHARE MODE")  # writers wait
         claims = until(
             lambda: backends("UPDATE sqlq_job SET status = 'processing'%", waiting_for_lock=True),
-            10,
+            30,
             "the worker's claim waiting on the lock",
         )
         assert terminate([b["pid"] for b in claims]) == 1
-        until(lambda: "database error during claim" in worker.output(), 10, "the worker noticed")
+        until(lambda: "database error during claim" in worker.output(), 30, "the worker noticed")
     jobs = record_jobs(tmp_path, 20)
-    until(lambda: Job.objects.completed().count() == len(jobs), 20, "jobs run after the cut")
+    until(lambda: Job.objects.completed().count() == len(jobs), 60, "jobs run after the cut")
     assert worker.proc.poll() is None
     assert {n: len(p) for n, p in runs(tmp_path / "ran").items()} == dict.fromkeys(range(20), 1)
     worker.signal(signal.SIGTERM)
@@ -82,12 +82,12 @@ def test_connection_cut_during_a_completion(tmp_path, spawn_worker, report):
             lambda: backends(
                 "UPDATE sqlq_job SET status = CASE %'completed'%", waiting_for_lock=True
             ),
-            10,
+            30,
             "the worker's completion waiting on the row lock",
         )
         assert terminate([b["pid"] for b in writes]) == 1
-        until(lambda: "database error during complete" in worker.output(), 10, "noticed")
-    until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, 20, "completed")
+        until(lambda: "database error during complete" in worker.output(), 30, "noticed")
+    until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, 60, "completed")
     job.refresh_from_db()
     assert (job.attempts, job.result, job.errors) == (1, worker.pid, [])
     assert runs(log) == {1: [worker.pid]}
@@ -120,7 +120,7 @@ def test_connections_cut_at_random_during_a_drain(tmp_path, pool, report):
             cuts += terminate(rng.sample(victims, max(1, len(victims) // 2)))
         assert all(w.proc.poll() is None for w in workers.workers), workers.output()
         time.sleep(rng.uniform(0.05, 0.3))
-    until(drained, 60, "the queue drained after the cuts")
+    until(drained, 120, "the queue drained after the cuts")
     assert all(w.proc.poll() is None for w in workers.workers), "a worker exited"
     assert Job.objects.completed().count() == len(jobs)
     # Only the handler's own error failed jobs, never the database's.
@@ -141,7 +141,9 @@ def test_connections_cut_at_random_during_a_drain(tmp_path, pool, report):
     )
 
 
-def pickup_seconds(make_job: Callable[[], Job], timeout: float = 20) -> float:
+def pickup_seconds(make_job: Callable[[], Job], timeout: float = 60) -> float:
+    # The pickup time is measured and reported, not asserted: the timeout only fails a job
+    # never picked up (a quiet machine takes well under the poll interval).
     enqueued = time.monotonic()
     job = make_job()
     until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, timeout, "pickup")
@@ -152,13 +154,13 @@ def pickup_seconds(make_job: Callable[[], Job], timeout: float = 20) -> float:
 def test_dead_listen_connection_is_noticed_and_reopened(spawn_worker, report):
     worker = spawn_worker("--poll-interval", "3")
     worker.wait_ready()
-    listeners = until(lambda: backends("LISTEN %"), 10, "the LISTEN connection")
+    listeners = until(lambda: backends("LISTEN %"), 30, "the LISTEN connection")
     notified = pickup_seconds(lambda: enqueue("tests.noop"))
     assert terminate([b["pid"] for b in listeners]) == 1
-    until(lambda: "LISTEN connection lost" in worker.output(), 10, "the lost LISTEN noticed")
+    until(lambda: "LISTEN connection lost" in worker.output(), 30, "the lost LISTEN noticed")
     after_cut = pickup_seconds(lambda: enqueue("tests.noop"))
-    until(lambda: "LISTEN connection re-established" in worker.output(), 10, "LISTEN again")
-    until(lambda: backends("LISTEN %"), 10, "the new LISTEN connection")
+    until(lambda: "LISTEN connection re-established" in worker.output(), 30, "LISTEN again")
+    until(lambda: backends("LISTEN %"), 30, "the new LISTEN connection")
     renotified = pickup_seconds(lambda: enqueue("tests.noop"))
     assert worker.proc.poll() is None
     worker.signal(signal.SIGTERM)
@@ -175,7 +177,7 @@ def test_dead_listen_connection_is_noticed_and_reopened(spawn_worker, report):
 def test_lost_notification_only_delays_pickup_to_the_poll_interval(spawn_worker, report):
     worker = spawn_worker("--poll-interval", "1")
     worker.wait_ready()
-    until(lambda: backends("LISTEN %"), 10, "the LISTEN connection")
+    until(lambda: backends("LISTEN %"), 30, "the LISTEN connection")
     notified = [pickup_seconds(lambda: enqueue("tests.noop")) for _ in range(3)]
     # A row written without NOTIFY (as if the notification were lost): found by polling.
     silent = [

@@ -407,7 +407,7 @@ def test_enqueues_that_fan_in_on_jobs_being_finished_never_deadlock(
     assert enqueuer.returncode == 0, f"seed {seed}: the enqueuer failed\n{said}"
     rounds = int(said.split("rounds ")[1].split()[0])
     waiter_ids = [int(pk) for pk in said.split("waiters ")[1].split()[0].split(",")]
-    assert rounds >= 5, said
+    assert rounds >= 5, said  # the enqueuer's MIN_ROUNDS: it ran to its end
     until(
         lambda: not Job.objects.exclude(status=JobStatus.COMPLETED).exists(),
         90,
