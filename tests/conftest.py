@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connections
+from django.test import Client
 
 from django_sqlq.compat import LOGGER_NAME
 from django_sqlq.worker import Worker
@@ -156,6 +158,29 @@ def _restore_sqlq_loggers() -> Iterator[None]:
     yield
     for name, level in saved.items():
         logging.getLogger(name).setLevel(level)
+
+
+@pytest.fixture
+def staff_client(django_user_model: Any) -> Callable[..., Client]:
+    """staff_client(codename, ...) -> a logged-in Client of a new staff user who holds these
+    permissions of django_sqlq's (``superuser=True``: a superuser)."""
+    made = 0
+
+    def make(*codenames: str, superuser: bool = False) -> Client:
+        nonlocal made
+        made += 1
+        user = django_user_model.objects.create_user(
+            f"staff{made}", password="pw", is_staff=True, is_superuser=superuser
+        )
+        for codename in codenames:
+            user.user_permissions.add(
+                Permission.objects.get(content_type__app_label="django_sqlq", codename=codename)
+            )
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -34,51 +33,35 @@ def _schedule() -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def login(django_user_model: Any) -> Any:
-    made = 0
-
-    def make(*codenames: str, superuser: bool = False) -> Client:
-        nonlocal made
-        made += 1
-        user = django_user_model.objects.create_user(
-            f"user{made}", password="pw", is_staff=True, is_superuser=superuser
-        )
-        for codename in codenames:
-            user.user_permissions.add(
-                Permission.objects.get(content_type__app_label="django_sqlq", codename=codename)
-            )
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
-
-
 LIST = "admin:django_sqlq_scheduletick_changelist"
 RUN_NOW = "admin:django_sqlq_scheduletick_run_now"
 
 
-def test_the_page_needs_staff_and_the_view_permission_on_jobs(login: Any) -> None:
+def test_the_page_needs_staff_and_the_view_permission_on_jobs(staff_client: Any) -> None:
     assert Client().get(reverse(LIST)).status_code == 302
-    assert login().get(reverse(LIST)).status_code == 403
-    viewer = login("view_job").get(reverse(LIST))
+    assert staff_client().get(reverse(LIST)).status_code == 403
+    viewer = staff_client("view_job").get(reverse(LIST))
     assert viewer.status_code == 200
     assert "sqlq-run-now" not in viewer.content.decode()  # run now needs change on jobs
-    assert "sqlq-run-now" in login("view_job", "change_job").get(reverse(LIST)).content.decode()
+    assert (
+        "sqlq-run-now"
+        in staff_client("view_job", "change_job").get(reverse(LIST)).content.decode()
+    )
 
 
-def test_the_admin_index_lists_the_schedules(login: Any) -> None:
-    page = login(superuser=True).get(reverse("admin:index")).content.decode()
+def test_the_admin_index_lists_the_schedules(staff_client: Any) -> None:
+    page = staff_client(superuser=True).get(reverse("admin:index")).content.decode()
     assert reverse(LIST) in page
 
 
-def test_the_page_shows_each_schedule_its_last_and_next_run_and_last_job(login: Any) -> None:
+def test_the_page_shows_each_schedule_its_last_and_next_run_and_last_job(
+    staff_client: Any,
+) -> None:
     job = Job.objects.create(type="tests.noop", status="completed")
     ScheduleTick.objects.create(
         name="nightly-report", tick_at=datetime(2026, 1, 10, 2, tzinfo=UTC), job_id=job.pk
     )
-    page = login("view_job").get(reverse(LIST)).content.decode()
+    page = staff_client("view_job").get(reverse(LIST)).content.decode()
     for text in ("nightly-report", "0 3 * * *", "Europe/Paris", "hourly", "0 * * * *", "skip",
                  " 03:00 CE"):  # fmt: skip
         assert text in page
@@ -87,13 +70,13 @@ def test_the_page_shows_each_schedule_its_last_and_next_run_and_last_job(login: 
     assert "<b>sales</b>" not in page  # nothing unescaped (payloads are not shown anyway)
     job_id = job.pk
     job.delete()  # pruned: the row still says which job it was
-    page = login("view_job").get(reverse(LIST)).content.decode()
+    page = staff_client("view_job").get(reverse(LIST)).content.decode()
     assert f"#{job_id}" in page
     assert "(deleted)" in page
 
 
-def test_run_now_enqueues_one_job_and_no_tick(login: Any) -> None:
-    response = login("view_job", "change_job").post(
+def test_run_now_enqueues_one_job_and_no_tick(staff_client: Any) -> None:
+    response = staff_client("view_job", "change_job").post(
         reverse(RUN_NOW), {"name": "nightly-report"}, follow=True
     )
     job = Job.objects.get()
@@ -104,42 +87,42 @@ def test_run_now_enqueues_one_job_and_no_tick(login: Any) -> None:
     assert not ScheduleTick.objects.exists()
 
 
-def test_run_now_needs_the_change_permission_and_a_post(login: Any) -> None:
-    assert login("view_job").post(reverse(RUN_NOW), {"name": "hourly"}).status_code == 403
-    assert login("view_job", "change_job").get(reverse(RUN_NOW)).status_code == 405
-    assert Client().post(reverse(RUN_NOW), {"name": "hourly"}).status_code == 302  # login
+def test_run_now_needs_the_change_permission_and_a_post(staff_client: Any) -> None:
+    assert staff_client("view_job").post(reverse(RUN_NOW), {"name": "hourly"}).status_code == 403
+    assert staff_client("view_job", "change_job").get(reverse(RUN_NOW)).status_code == 405
+    assert Client().post(reverse(RUN_NOW), {"name": "hourly"}).status_code == 302  # staff_client
     assert not Job.objects.exists()
 
 
-def test_run_now_of_an_unknown_schedule_says_so(login: Any) -> None:
-    response = login("change_job").post(reverse(RUN_NOW), {"name": "nope"}, follow=True)
+def test_run_now_of_an_unknown_schedule_says_so(staff_client: Any) -> None:
+    response = staff_client("change_job").post(reverse(RUN_NOW), {"name": "nope"}, follow=True)
     assert "No schedule is named" in response.content.decode()
     assert not Job.objects.exists()
 
 
-def test_a_broken_schedule_is_shown_not_a_500(login: Any) -> None:
+def test_a_broken_schedule_is_shown_not_a_500(staff_client: Any) -> None:
     broken = {**SCHEDULE, "bad": {"type": "tests.noop", "cron": "99 * * * *"}}
     with override_settings(SQLQ={**settings.SQLQ, "SCHEDULE": broken}):
-        page = login("view_job").get(reverse(LIST))
+        page = staff_client("view_job").get(reverse(LIST))
     assert page.status_code == 200
     assert "SQLQ[&#x27;SCHEDULE&#x27;][&#x27;bad&#x27;]" in page.content.decode()
 
 
-def test_the_page_lists_the_decorators_schedules_too(login: Any) -> None:
+def test_the_page_lists_the_decorators_schedules_too(staff_client: Any) -> None:
     schedules.declare(schedules.from_decorator("tests.add", "*/5 * * * *", source="@handler"))
     try:
         assert set(schedules.load()) == {"nightly-report", "hourly", "tests.add"}
-        page = login("view_job").get(reverse(LIST)).content.decode()
+        page = staff_client("view_job").get(reverse(LIST)).content.decode()
         assert 'data-schedule="tests.add"' in page
         assert "*/5 * * * *" in page
     finally:
         schedules.undeclare("tests.add")
 
 
-def test_names_and_types_are_escaped(login: Any) -> None:
+def test_names_and_types_are_escaped(staff_client: Any) -> None:
     hostile = {"<script>alert(1)</script>": {"type": "<img src=x>", "cron": "0 3 * * *"}}
     with override_settings(SQLQ={**settings.SQLQ, "SCHEDULE": hostile}):
-        page = login("view_job", "change_job").get(reverse(LIST)).content.decode()
+        page = staff_client("view_job", "change_job").get(reverse(LIST)).content.decode()
     assert "<script>alert(1)</script>" not in page
     assert "<img src=x>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -10,54 +10,30 @@ import json
 import logging
 import signal
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
-from django.test import Client, override_settings
+from django.test import override_settings
 from django.urls import reverse
 from django.utils.module_loading import import_string
 
-from django_sqlq import compat, registry
+from django_sqlq import compat
 from django_sqlq.backend import SQLQBackend
 from django_sqlq.models import DatabaseSchedule, Job, ScheduleTick
 from django_sqlq.recurrence.definition import on_sqlq
-from django_sqlq.worker import Worker
 from tests.conftest import WorkerProcess, wait_for
+from tests.schedules.helpers import CODE, Clock, at, scheduler_at, stored
 
 db = pytest.mark.django_db(transaction=True)
-
-CODE = {"nightly-report": {"type": "tests.noop", "cron": "0 3 * * *"}}
 
 
 @pytest.fixture(autouse=True)
 def _code_schedule() -> Iterator[None]:
     with override_settings(SQLQ={**settings.SQLQ, "SCHEDULE": CODE}):
         yield
-
-
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-def stored(**fields: Any) -> DatabaseSchedule:
-    row = DatabaseSchedule(**{"name": "db-hourly", "type": "tests.noop", "cron": "0 * * * *",
-                              **fields})  # fmt: skip
-    row.full_clean()
-    row.save()
-    return row
 
 
 # -- the model's validation -------------------------------------------------------------------
@@ -130,27 +106,6 @@ def test_clean_refuses_a_task_of_another_tasks_backend(monkeypatch: pytest.Monke
 # -- the admin --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def login(django_user_model: Any) -> Any:
-    made = 0
-
-    def make(*codenames: str, superuser: bool = False) -> Client:
-        nonlocal made
-        made += 1
-        user = django_user_model.objects.create_user(
-            f"user{made}", password="pw", is_staff=True, is_superuser=superuser
-        )
-        for codename in codenames:
-            user.user_permissions.add(
-                Permission.objects.get(content_type__app_label="django_sqlq", codename=codename)
-            )
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
-
-
 ADD = "admin:django_sqlq_databaseschedule_add"
 CHANGELIST = "admin:django_sqlq_databaseschedule_changelist"
 PAGE = "admin:django_sqlq_scheduletick_changelist"
@@ -166,8 +121,10 @@ def form(**fields: Any) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
-def test_the_admin_adds_edits_and_disables_a_schedule(login: Any) -> None:
-    client = login("add_databaseschedule", "change_databaseschedule", "view_databaseschedule")
+def test_the_admin_adds_edits_and_disables_a_schedule(staff_client: Any) -> None:
+    client = staff_client(
+        "add_databaseschedule", "change_databaseschedule", "view_databaseschedule"
+    )
     response = client.post(reverse(ADD), form())
     assert response.status_code == 302, response.content.decode()[:3000]
     row = DatabaseSchedule.objects.get()
@@ -196,23 +153,23 @@ def test_the_admin_adds_edits_and_disables_a_schedule(login: Any) -> None:
     ],
 )
 def test_the_admin_form_refuses_a_bad_schedule(
-    login: Any, fields: dict[str, Any], message: str
+    staff_client: Any, fields: dict[str, Any], message: str
 ) -> None:
-    response = login(superuser=True).post(reverse(ADD), form(**fields))
+    response = staff_client(superuser=True).post(reverse(ADD), form(**fields))
     assert response.status_code == 200  # the form again, with its errors
     assert message in response.content.decode()
     assert not DatabaseSchedule.objects.exists()
 
 
 @pytest.mark.django_db
-def test_a_user_without_the_permission_is_refused(login: Any) -> None:
+def test_a_user_without_the_permission_is_refused(staff_client: Any) -> None:
     row = stored()
     change = reverse("admin:django_sqlq_databaseschedule_change", args=[row.pk])
-    viewer = login("view_job")  # may see the Schedules page, not edit schedules
+    viewer = staff_client("view_job")  # may see the Schedules page, not edit schedules
     assert viewer.get(reverse(CHANGELIST)).status_code == 403
     assert viewer.post(reverse(ADD), form(name="other")).status_code == 403
     assert viewer.post(change, form(cron="5 * * * *")).status_code == 403
-    only_view = login("view_databaseschedule")
+    only_view = staff_client("view_databaseschedule")
     assert only_view.get(change).status_code == 200
     assert only_view.post(change, form(cron="5 * * * *")).status_code == 403
     row.refresh_from_db()
@@ -221,10 +178,10 @@ def test_a_user_without_the_permission_is_refused(login: Any) -> None:
 
 
 @pytest.mark.django_db
-def test_the_schedules_page_lists_both_kinds(login: Any) -> None:
+def test_the_schedules_page_lists_both_kinds(staff_client: Any) -> None:
     row = stored(payload={"n": 1})
     stored(name="db-off", enabled=False)
-    page = login(superuser=True).get(reverse(PAGE)).content.decode()
+    page = staff_client(superuser=True).get(reverse(PAGE)).content.decode()
     assert 'data-schedule="nightly-report" data-source="settings"' in page
     assert 'data-schedule="db-hourly" data-source="database"' in page
     assert 'class="sqlq-schedule sqlq-schedule-disabled" data-schedule="db-off"' in page
@@ -232,15 +189,15 @@ def test_the_schedules_page_lists_both_kinds(login: Any) -> None:
     assert f'href="{edit}" class="sqlq-edit-schedule"' in page
     assert page.count("sqlq-edit-schedule") == 2  # the code schedule is read-only
     assert "sqlq-add-schedule" in page
-    viewer = login("view_job").get(reverse(PAGE)).content.decode()
+    viewer = staff_client("view_job").get(reverse(PAGE)).content.decode()
     assert "sqlq-edit-schedule" not in viewer  # no permission on stored schedules
     assert "sqlq-add-schedule" not in viewer
 
 
 @pytest.mark.django_db
-def test_run_now_enqueues_a_stored_schedule(login: Any) -> None:
+def test_run_now_enqueues_a_stored_schedule(staff_client: Any) -> None:
     stored(type="tests.echo", payload={"n": 7})
-    response = login(superuser=True).post(
+    response = staff_client(superuser=True).post(
         reverse("admin:django_sqlq_scheduletick_run_now"), {"name": "db-hourly"}
     )
     assert response.status_code == 302
@@ -250,13 +207,6 @@ def test_run_now_enqueues_a_stored_schedule(login: Any) -> None:
 
 
 # -- the scheduler, in this process -----------------------------------------------------------
-
-
-def scheduler_at(clock: Clock) -> Worker:
-    registry.autodiscover()
-    worker = Worker(clock=clock)
-    worker.scheduler.prepare()
-    return worker
 
 
 @db

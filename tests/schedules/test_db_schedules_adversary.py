@@ -8,23 +8,21 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
-from django.test import Client, override_settings
+from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
 from django_sqlq import handler, registry
 from django_sqlq.models import DatabaseSchedule, Job, ScheduleTick
-from django_sqlq.worker import Worker
 from tests.conftest import WorkerProcess, wait_for
-
-CODE = {"nightly-report": {"type": "tests.noop", "cron": "0 3 * * *"}}
+from tests.schedules import helpers
+from tests.schedules.helpers import CODE, Clock, at, scheduler_at
 
 
 @pytest.fixture(autouse=True)
@@ -33,31 +31,8 @@ def _code_schedule() -> Iterator[None]:
         yield
 
 
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def stored(**fields: Any) -> DatabaseSchedule:
-    row = DatabaseSchedule(**{"name": "adv-hourly", "type": "tests.noop", "cron": "0 * * * *",
-                              **fields})  # fmt: skip
-    row.full_clean()
-    row.save()
-    return row
-
-
-def scheduler_at(clock: Clock) -> Worker:
-    registry.autodiscover()
-    worker = Worker(clock=clock)
-    worker.scheduler.prepare()
-    return worker
+    return helpers.stored(**{"name": "adv-hourly", **fields})
 
 
 def names(won: list[Any]) -> list[str]:
@@ -123,27 +98,6 @@ CHANGELIST = "admin:django_sqlq_databaseschedule_changelist"
 PAGE = "admin:django_sqlq_scheduletick_changelist"
 
 
-@pytest.fixture
-def login(django_user_model: Any) -> Any:
-    made = 0
-
-    def make(*codenames: str, superuser: bool = False) -> Client:
-        nonlocal made
-        made += 1
-        user = django_user_model.objects.create_user(
-            f"adv{made}", password="pw", is_staff=True, is_superuser=superuser
-        )
-        for codename in codenames:
-            user.user_permissions.add(
-                Permission.objects.get(content_type__app_label="django_sqlq", codename=codename)
-            )
-        client = Client(raise_request_exception=True)
-        client.force_login(user)
-        return client
-
-    return make
-
-
 def form(**fields: Any) -> dict[str, Any]:
     data = {"name": "adv-form", "enabled": "on", "type": "tests.echo", "task": "",
             "cron": "0 * * * *", "timezone": "UTC", "missed": "run_once",
@@ -167,9 +121,9 @@ def form(**fields: Any) -> dict[str, Any]:
     ],
 )  # fmt: skip
 def test_the_admin_form_refuses_bad_input_without_a_server_error(
-    login: Any, fields: dict[str, str]
+    staff_client: Any, fields: dict[str, str]
 ) -> None:
-    client = login("add_databaseschedule", "view_databaseschedule")
+    client = staff_client("add_databaseschedule", "view_databaseschedule")
     response = client.post(reverse(ADD), form(**fields))
     assert response.status_code == 200, (fields, response.status_code)  # the form again
     assert b"errornote" in response.content or b"errorlist" in response.content
@@ -177,8 +131,8 @@ def test_the_admin_form_refuses_bad_input_without_a_server_error(
 
 
 @pytest.mark.django_db
-def test_the_admin_form_refuses_a_lone_surrogate_in_the_payload(login: Any) -> None:
-    client = login("add_databaseschedule", "view_databaseschedule")
+def test_the_admin_form_refuses_a_lone_surrogate_in_the_payload(staff_client: Any) -> None:
+    client = staff_client("add_databaseschedule", "view_databaseschedule")
     response = client.post(reverse(ADD), form(payload='{"a": "\\ud800"}'))
     assert response.status_code == 200
     assert b"errorlist" in response.content
@@ -186,17 +140,17 @@ def test_the_admin_form_refuses_a_lone_surrogate_in_the_payload(login: Any) -> N
 
 
 @pytest.mark.django_db
-def test_the_admin_form_refuses_a_deeply_nested_payload(login: Any) -> None:
-    client = login("add_databaseschedule", "view_databaseschedule")
+def test_the_admin_form_refuses_a_deeply_nested_payload(staff_client: Any) -> None:
+    client = staff_client("add_databaseschedule", "view_databaseschedule")
     response = client.post(reverse(ADD), form(payload="[" * 5000 + "]" * 5000))
     assert response.status_code == 200
     assert not DatabaseSchedule.objects.exists()
 
 
 @pytest.mark.django_db
-def test_the_admin_refuses_renaming_a_stored_schedule_to_a_code_name(login: Any) -> None:
+def test_the_admin_refuses_renaming_a_stored_schedule_to_a_code_name(staff_client: Any) -> None:
     row = stored()
-    client = login("change_databaseschedule", "view_databaseschedule")
+    client = staff_client("change_databaseschedule", "view_databaseschedule")
     response = client.post(
         reverse(CHANGE, args=[row.pk]),
         form(name="nightly-report", type="tests.noop", payload="{}"),
@@ -207,25 +161,25 @@ def test_the_admin_refuses_renaming_a_stored_schedule_to_a_code_name(login: Any)
 
 
 @pytest.mark.django_db
-def test_the_admin_refuses_a_duplicate_name_on_the_field(login: Any) -> None:
+def test_the_admin_refuses_a_duplicate_name_on_the_field(staff_client: Any) -> None:
     stored(name="adv-form")
-    client = login("add_databaseschedule", "view_databaseschedule")
+    client = staff_client("add_databaseschedule", "view_databaseschedule")
     response = client.post(reverse(ADD), form())
     assert response.status_code == 200
     assert DatabaseSchedule.objects.count() == 1
 
 
 @pytest.mark.django_db
-def test_users_without_schedule_permissions(login: Any) -> None:
+def test_users_without_schedule_permissions(staff_client: Any) -> None:
     row = stored()
-    nobody = login()
+    nobody = staff_client()
     for url in (reverse(ADD), reverse(CHANGELIST), reverse(CHANGE, args=[row.pk]),
                 reverse(DELETE, args=[row.pk])):  # fmt: skip
         assert nobody.get(url).status_code in (302, 403), url
     assert nobody.post(reverse(ADD), form()).status_code in (302, 403)
     assert nobody.post(reverse(DELETE, args=[row.pk]), {"post": "yes"}).status_code in (302, 403)
 
-    viewer = login("view_databaseschedule")
+    viewer = staff_client("view_databaseschedule")
     assert viewer.get(reverse(CHANGE, args=[row.pk])).status_code == 200
     response = viewer.post(reverse(CHANGE, args=[row.pk]), form(name="adv-hourly", enabled=None))
     assert response.status_code == 403
@@ -243,17 +197,17 @@ def test_users_without_schedule_permissions(login: Any) -> None:
 
     # schedule permissions are not job permissions: the Schedules page and Run now need
     # view_job / change_job.
-    changer = login("change_databaseschedule", "view_databaseschedule")
+    changer = staff_client("change_databaseschedule", "view_databaseschedule")
     assert changer.get(reverse(PAGE)).status_code in (302, 403)
 
 
 @pytest.mark.django_db
-def test_the_changelist_lists_hundreds_of_schedules(login: Any) -> None:
+def test_the_changelist_lists_hundreds_of_schedules(staff_client: Any) -> None:
     DatabaseSchedule.objects.bulk_create(
         DatabaseSchedule(name=f"adv-{n:04d}", type="tests.noop", cron=f"{n % 60} * * * *")
         for n in range(400)
     )
-    client = login(superuser=True)
+    client = staff_client(superuser=True)
     assert client.get(reverse(CHANGELIST)).status_code == 200
     started = time.monotonic()
     assert client.get(reverse(PAGE)).status_code == 200

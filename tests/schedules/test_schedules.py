@@ -26,20 +26,9 @@ from django_sqlq.models import Job, ScheduleTick
 from django_sqlq.schedules import LastTick, Schedule, due_tick
 from django_sqlq.worker import Worker
 from tests.conftest import WorkerProcess, run_burst, wait_for
+from tests.schedules.helpers import Clock, at, scheduler_at
 
 db = pytest.mark.django_db(transaction=True)
-
-
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
@@ -54,13 +43,6 @@ def with_schedule() -> Iterator[Callable[[dict[str, Any]], None]]:
     yield apply
     for override in reversed(overrides):
         override.disable()
-
-
-def scheduler_at(clock: Clock) -> Worker:
-    registry.autodiscover()  # as Worker.run() does before it
-    worker = Worker(clock=clock)
-    worker.scheduler.prepare()
-    return worker
 
 
 NIGHTLY = {"nightly": {"type": "tests.noop", "cron": "0 3 * * *", "payload": {"n": 1}}}

@@ -27,7 +27,7 @@ from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.models import Job, ScheduleTick
 from django_sqlq.worker import Worker
 from tests.conftest import WorkerProcess, wait_for
-from tests.schedules.test_schedules import Clock, at
+from tests.schedules.helpers import Clock, at
 
 db = pytest.mark.django_db(transaction=True)
 
