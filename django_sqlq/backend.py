@@ -360,18 +360,6 @@ def sqlq_backends() -> dict[str, SQLQBackend]:
     return found
 
 
-def task_queues() -> tuple[str, ...] | None:
-    """The queue names valid for tasks of any django_sqlq backend, in the settings' order;
-    None when one of them allows any name (an empty ``QUEUES``)."""
-    names: dict[str, None] = {}
-    for backend in sqlq_backends().values():
-        served = backend.served_queues()
-        if served is None:
-            return None
-        names.update(dict.fromkeys(served))
-    return tuple(names)
-
-
 # -- reading jobs back as results ----------------------------------------------------------
 
 
