@@ -260,7 +260,9 @@ class RunnerPool:
         value: lifecycle.ErrorInfo,
     ) -> tuple[str, Any]:
         """Write a failed attempt (retried, failed or cancelled) and call its hook."""
-        retry = outcome == "failed" and job.attempts <= job.max_attempts
+        # Whether attempts are left is the policy's to say; an outcome other than a plain
+        # failure (a result that cannot be stored) is not retried.
+        retry = outcome == "failed"
         # Cancelled while it ran (whatever the handler raised: JobCancelled at a checkpoint,
         # CancelledError in an async task, or any error), or cancelled by its own handler.
         cancel = control.cancelled or isinstance(value.exception, JobCancelled)
