@@ -262,7 +262,9 @@ class SQLQBackend(BaseTaskBackend):
             "backend": self.alias,
             "run_after": None if run_after is None else run_after.isoformat(),
         }
-        encode_json(payload, what="task's arguments", limit=get_settings().MAX_PAYLOAD_BYTES)
+        payload_json = encode_json(
+            payload, what="task's arguments", limit=get_settings().MAX_PAYLOAD_BYTES
+        )
         job = Job(
             type=task.module_path,
             queue=task.queue_name,
@@ -319,7 +321,7 @@ class SQLQBackend(BaseTaskBackend):
                 run_inline([job])
                 result.refresh()
 
-        submit_job(job, on_written=written, unique_for=self.unique_for)
+        submit_job(job, on_written=written, unique_for=self.unique_for, payload_json=payload_json)
         return result
 
     def get_result(self, result_id: str | uuid.UUID) -> TaskResult[Any, Any]:

@@ -302,16 +302,20 @@ def submit_job(
     using: str | None = None,
     on_written: Callable[[Job], None] | None = None,
     unique_for: float | None = None,
+    payload_json: str | None = None,
 ) -> None:
     """Write one Job whose fields the caller has validated, under enqueue()'s transaction
     rules, then call ``on_written(job)`` once the row exists: at once, or (when the jobs
     table is in another database than the caller's open transaction) after that
     transaction commits. For other front ends onto the queue, such as the tasks backend.
     With a ``job.unique_key`` that a job already holds, ``job`` becomes that job
-    (``job.created`` is False); ``unique_for``: seconds, as enqueue() takes it.
+    (``job.created`` is False); ``unique_for``: seconds, as enqueue() takes it;
+    ``payload_json``: ``job.payload`` as the caller's check already encoded it.
     """
     queue_alias = get_settings().DATABASE
-    submission = Submission([job], [encode_json(job.payload)], unique_for=unique_for)
+    if payload_json is None:
+        payload_json = encode_json(job.payload)
+    submission = Submission([job], [payload_json], unique_for=unique_for)
     submit(queue_alias, submission, using)
     if on_written is None:
         return
