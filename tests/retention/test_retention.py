@@ -264,7 +264,8 @@ def test_workers_prune_while_draining_and_never_touch_unfinished_jobs(tmp_path, 
             {"completed": DAY, "failed": DAY, "cancelled": None}
         ),
     }
-    workers = [spawn_worker("--concurrency", "2", "-v", "0", env=env) for _ in range(2)]
+    # -v 3: the prune passes' lines, for a failure to show what the pruners did.
+    workers = [spawn_worker("--concurrency", "2", "-v", "3", env=env) for _ in range(2)]
     wait_for(started.exists)
     # Both registered (their SIGTERM handlers follow at once): on a loaded machine a worker
     # still starting up when the test stops them died of the signal instead (exit -15).
@@ -274,8 +275,19 @@ def test_workers_prune_while_draining_and_never_touch_unfinished_jobs(tmp_path, 
     Job.objects.filter(pk=stale.pk).update(completed_at=timezone.now() - old)
     jobs = bulk_enqueue("tests.record", [{"n": i, "path": str(log)} for i in range(400)])
     wait_for(lambda: ran(log).total() >= 401, timeout=120)
-    wait_for(lambda: by_status()["failed"] == 0, timeout=120)
-    wait_for(lambda: by_status()["completed"] == 401, timeout=120)
+
+    def pruned_to(status: str, count: int) -> None:
+        try:
+            wait_for(lambda: by_status()[status] == count, timeout=120)
+        except AssertionError:
+            prune = Maintenance.objects.filter(duty="prune").values().first()
+            said = "\n\n".join(worker.output()[-3000:] for worker in workers)
+            raise AssertionError(
+                f"{status}: not {count} rows within 120 s: {dict(by_status())}; {prune}\n{said}"
+            ) from None
+
+    pruned_to("failed", 0)
+    pruned_to("completed", 401)
     # The running job and the scheduled one are untouched; the cancelled ones are kept.
     assert Job.objects.get(pk=running.pk).status == JobStatus.PROCESSING
     assert Job.objects.get(pk=scheduled.pk).status == JobStatus.SCHEDULED
