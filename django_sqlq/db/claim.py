@@ -176,7 +176,7 @@ class ClaimOps(QueueRowOps):
             return self._claim_capped(order, caps, worker_id, limit, lease_seconds, now)
         with transaction.atomic(using=self.connection.alias, savepoint=False):
             starts, clock = self.lock_queue_rows(limited, now=now)
-            if now is None and clock is not None:
+            if now is None:
                 # The claimed jobs start at the clock the rate window was checked and is
                 # recorded at, not at the claim statement's own (later) clock: otherwise
                 # a window recorded early lets the next holder start within the period.
@@ -196,7 +196,7 @@ class ClaimOps(QueueRowOps):
                 claimed[job.queue] = claimed.get(job.queue, 0) + 1
             for name, count in claimed.items():
                 rate = limits[name].rate if name in limits else None
-                if rate is not None and clock is not None:
+                if rate is not None:
                     window = [*starts.get(name, []), *([clock] * count)][-rate:]
                     self.save_recent_starts(name, window)
         return jobs

@@ -165,7 +165,7 @@ class PostgreSQLOps(QueueOps):
 
     def lock_queue_rows(
         self, names: Sequence[str], *, now: datetime | None = None
-    ) -> tuple[dict[str, list[float]], float | None]:
+    ) -> tuple[dict[str, list[float]], float]:
         # Row locks in name order (two claims never wait for each other crosswise), held
         # until the claim's transaction ends; every other claim of these queues waits.
         # The counts that follow are separate statements: in READ COMMITTED each sees

@@ -40,7 +40,7 @@ class QueueRowOps(Dialect):
         running: int,
         starts: Mapping[str, list[float]],
         name: str,
-        clock: float | None,
+        clock: float,
     ) -> int:
         """How many jobs of queue ``name`` may start now under its global ``limit``."""
         if name not in starts:
@@ -48,7 +48,7 @@ class QueueRowOps(Dialect):
         room = MAX_LIMIT_ROOM
         if limit.concurrency is not None:
             room = min(room, limit.concurrency - running)
-        if limit.rate is not None and limit.period is not None and clock is not None:
+        if limit.rate is not None and limit.period is not None:
             since = clock - limit.period
             recent = sum(1 for started in starts[name] if started > since)
             room = min(room, limit.rate - recent)
@@ -61,9 +61,10 @@ class QueueRowOps(Dialect):
 
     def lock_queue_rows(
         self, names: Sequence[str], *, now: datetime | None = None
-    ) -> tuple[dict[str, list[float]], float | None]:
+    ) -> tuple[dict[str, list[float]], float]:
         """Lock the rows of ``names`` in ``sqlq_queue`` until the transaction ends, and read
-        their recent starts; and now, by the database's clock (seconds since the epoch).
+        their recent starts; and now, by the database's clock once the lock is held (seconds
+        since the epoch: the claim's jobs start at it, and the rate window records it).
         A queue without a row is left out (``ensure_queue_rows`` writes them)."""
         raise NotImplementedError
 

@@ -252,7 +252,7 @@ class SQLiteOps(QueueOps):
 
     def lock_queue_rows(
         self, names: Sequence[str], *, now: datetime | None = None
-    ) -> tuple[dict[str, list[float]], float | None]:
+    ) -> tuple[dict[str, list[float]], float]:
         # A write first: it takes SQLite's write lock (whatever the transaction mode), which
         # every other claim of a limited queue, on any connection, then waits for.
         # The clock is read once the lock is held (a statement that waited for it may have
