@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from django_sqlq import lifecycle, registry, workflows
+from django_sqlq import lifecycle, outcomes, registry, workflows
 from django_sqlq.conf import get_settings
 from django_sqlq.control import JobControl
 from django_sqlq.db.columns import ClaimedJob
@@ -179,8 +179,11 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
         error = exc
     if error is None and handler is not None:
         then = cast("workflows.Continuation | None", control.continuation)
-        done = workflows.complete(
-            alias, [(claimed, result, then)], worker_id=TEST_WORKER_ID, now=now or timezone.now()
+        done = outcomes.write(
+            alias,
+            [outcomes.Completed(claimed, result, then)],
+            worker_id=TEST_WORKER_ID,
+            now=now or timezone.now(),
         )
         status: str | None = done.statuses.get(claimed.id)
         outcome: Any = result
@@ -191,14 +194,13 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
     else:
         assert error is not None
         info = lifecycle.ErrorInfo.from_exception(error)
-        status = lifecycle.fail_or_retry(
+        retry_in = RetryPolicy.from_settings().retry_in(claimed.attempts, claimed.max_attempts)
+        status = outcomes.write(
             alias,
-            claimed,
-            info,
+            [outcomes.Failed(claimed, info, retry_in)],
             worker_id=TEST_WORKER_ID,
-            retry_in=RetryPolicy.from_settings().retry_in(claimed.attempts, claimed.max_attempts),
             now=now or timezone.now(),
-        )
+        ).statuses.get(claimed.id)
         outcome = info
         logger.warning(
             "Job id=%s type=%s attempt %d/%d failed (%s: %s): %s",

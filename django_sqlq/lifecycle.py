@@ -1,6 +1,7 @@
 """The job state machine. The worker, the admin and the tasks backend all call these
-functions; nothing else changes a job's status but the worker's claim and its batched
-completion, one statement each (``QueueOps.claim`` and ``QueueOps.complete_statuses``).
+functions; nothing else changes a job's status but the worker's claim (one statement,
+``db/claim.py``) and the outcome writer (``django_sqlq.outcomes``: the end of an
+attempt, completed, retried, failed or cancelled).
 
     scheduled -> pending         (promote: its time has come; run_now, by an operator)
     pending -> processing -> completed | failed | cancelled
@@ -41,7 +42,6 @@ from django_sqlq import statuses, workflows
 from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import DatabaseNow
-from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.models import Job, JobStatus
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -119,43 +119,6 @@ class ErrorInfo:
 
 
 # -- the worker's transitions -------------------------------------------------------------
-
-
-def fail_or_retry(
-    alias: str,
-    job: ClaimedJob,
-    error: ErrorInfo,
-    *,
-    worker_id: str,
-    retry_in: float | None,
-    now: datetime | None = None,
-    cancel: bool = False,
-) -> str | None:
-    """processing -> scheduled ``retry_in`` s ahead (pending for 0 s), or failed for
-    ``retry_in=None``; or cancelled, when ``cancel`` (the handler raised JobCancelled) or
-    when a cancel was requested while it ran.
-
-    ``retry_in`` is the retry policy's decision (``django_sqlq.retries``: attempts left,
-    ``retry=False`` for a result that cannot be stored, the backoff); this writes it.
-    Returns the new status, or None when this worker no longer held the job.
-    """
-    with transaction.atomic(using=alias, savepoint=False):
-        status = ops_for(alias).fail(
-            cancel=cancel,
-            job_id=job.id,
-            attempt=job.attempts,
-            worker_id=worker_id,
-            error=error.summary(),
-            error_entry=error.entry(attempt=job.attempts, worker_id=worker_id),
-            retry_in=retry_in,
-            now=now,
-        )
-        if status in statuses.FINISHED:
-            # Failed for good or cancelled: the jobs that wait for it (or for its chain,
-            # which ends here) learn it in this transaction.
-            chain = job.chain_id if job.chain_id is not None else job.id
-            workflows.finished(alias, [workflows.Ended(job.id, chain, status)], now=now)
-    return status
 
 
 def release(
@@ -339,7 +302,7 @@ def request_cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """Ask the workers running these processing jobs to stop them (``cancel_requested_at``).
     Each worker sees it within about a second, sets its handler's ``cancel_requested`` flag
     (and cancels an async handler's task), and records the attempt ``cancelled`` whatever
-    the handler does; see ``QueueOps.complete_statuses`` and :func:`fail_or_retry`."""
+    the handler does; see ``django_sqlq.outcomes``."""
     alias = alias or get_settings().DATABASE
     wanted = set(ids)
     changed = ops_for(alias).request_cancel(sorted(wanted))

@@ -39,7 +39,6 @@ from django_sqlq.conf import get_settings
 from django_sqlq.db import is_lock_conflict, ops_for
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.columns import ClaimedJob
-from django_sqlq.db.outcomes import Finished
 from django_sqlq.exceptions import InvalidJobError
 from django_sqlq.models import Chain, DependencyPolicy, Job
 from django_sqlq.options import Target, checked_job
@@ -394,76 +393,6 @@ def continue_chain(alias: str, job: ClaimedJob, then: Continuation) -> int:
     }
     row = ops.insert_one(payload=then.payload, fields=fields, delay_seconds=then.delay_seconds)
     return int(row[0])
-
-
-class Outcome(NamedTuple):
-    """What :func:`complete` wrote: each written job's status, the next steps written and
-    the jobs released, by id."""
-
-    statuses: dict[int, str]
-    continued: list[int]
-    released: list[int]
-
-
-def complete(
-    alias: str,
-    done: Sequence[tuple[ClaimedJob, Any, Continuation | None]],
-    *,
-    worker_id: str,
-    now: datetime | None = None,
-) -> Outcome:
-    """Record attempts completed (job, result, next step): the fenced completion of every
-    job, the next step of those that continue their chain, and the release of the jobs that
-    waited for them. A job this worker no longer holds is left out (fenced) and its next
-    step not written.
-
-    One transaction for the batch, which skips the jobs another transaction holds at that
-    moment (an enqueue about to depend on one, an operator); then one transaction for each
-    of those, which waits for it. So a completion never waits for a job's lock while it
-    holds others (PostgreSQL): an enqueue that locks a job of the batch and then another
-    (its caller's earlier enqueue took the first) cannot deadlock with it."""
-    ordered = sorted(done, key=lambda item: item[0].id)  # rows locked in one order
-    outcome = _complete(alias, ordered, worker_id=worker_id, now=now, skip_locked=len(done) > 1)
-    for item in ordered:
-        if item[0].id in outcome.statuses or len(done) == 1:
-            continue
-        one = _complete(alias, [item], worker_id=worker_id, now=now, skip_locked=False)
-        outcome.statuses.update(one.statuses)
-        outcome.continued.extend(one.continued)
-        outcome.released.extend(one.released)
-    return outcome
-
-
-def _complete(
-    alias: str,
-    ordered: Sequence[tuple[ClaimedJob, Any, Continuation | None]],
-    *,
-    worker_id: str,
-    now: datetime | None,
-    skip_locked: bool,
-) -> Outcome:
-    """One transaction of :func:`complete`, over ``ordered`` (sorted by id)."""
-    ops = ops_for(alias)
-    with transaction.atomic(using=alias, savepoint=False):
-        written = ops.complete_statuses(
-            [Finished(job.id, job.attempts, result) for job, result, _ in ordered],
-            worker_id=worker_id,
-            now=now,
-            skip_locked=skip_locked,
-        )
-        ended: list[Ended] = []
-        continued: list[int] = []
-        for job, _, then in ordered:
-            status = written.get(job.id)
-            if status is None:
-                continue
-            goes_on = then is not None and status == statuses.COMPLETED
-            if then is not None and goes_on:
-                continued.append(continue_chain(alias, job, then))
-            chain = job.chain_id if job.chain_id is not None else job.id
-            ended.append(Ended(job.id, chain, status, chain_ended=not goes_on))
-        released = resolve(alias, ended, now=now)
-    return Outcome(written, continued, released)
 
 
 def finished(alias: str, ended: Sequence[Ended], *, now: datetime | None = None) -> list[int]:

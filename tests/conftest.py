@@ -16,7 +16,10 @@ from django.contrib.auth.models import Permission
 from django.db import connections
 from django.test import Client
 
+from django_sqlq import outcomes
 from django_sqlq.compat import LOGGER_NAME
+from django_sqlq.db.columns import ClaimedJob
+from django_sqlq.lifecycle import ErrorInfo
 from django_sqlq.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +149,23 @@ def run_burst(**kwargs: Any) -> Worker:
     worker = Worker(**kwargs)
     worker.run(burst=True, install_signal_handlers=False)
     return worker
+
+
+def fail_attempt(
+    alias: str,
+    job: ClaimedJob,
+    error: ErrorInfo,
+    *,
+    worker_id: str,
+    retry_in: float | None,
+    cancel: bool = False,
+) -> str | None:
+    """Write a failed attempt as the worker does (``django_sqlq.outcomes``): its new status,
+    or None when ``worker_id`` no longer held it."""
+    written = outcomes.write(
+        alias, [outcomes.Failed(job, error, retry_in, cancel)], worker_id=worker_id
+    )
+    return written.statuses.get(job.id)
 
 
 @pytest.fixture(autouse=True)

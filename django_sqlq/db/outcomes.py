@@ -96,6 +96,7 @@ class OutcomeOps(Dialect):
         retry_in: float | None,
         now: datetime | None = None,
         cancel: bool = False,
+        skip_locked: bool = False,
     ) -> str | None:
         """Record a failed attempt: ``scheduled`` again ``retry_in`` seconds ahead (``pending``
         for no wait), or failed for ``retry_in=None``; or ``cancelled`` (no retry) when
@@ -105,8 +106,16 @@ class OutcomeOps(Dialect):
         Whether the attempt is retried, and when, is the retry policy's decision
         (``django_sqlq.retries.RetryPolicy.retry_in``: attempts left, ``retry=False`` for
         a result that cannot be stored, the backoff); the statement applies it, and adds
-        only what the row alone knows: a cancel requested while the attempt ran."""
+        only what the row alone knows: a cancel requested while the attempt ran.
+        ``skip_locked``: a job another transaction holds right now is left out (None), as
+        in :meth:`complete_statuses`."""
         now_sql = self.now_sql()
+        where = (
+            "id = %(job_id)s AND status = 'processing' AND locked_by = %(worker_id)s "
+            "AND attempts = %(attempt)s"
+        )
+        if skip_locked:
+            where = self.in_id_order(where, skip_locked=True)
         cancelled = "(cancel_requested_at IS NOT NULL OR %(cancel)s)"
         final = f"(%(no_retry)s OR {cancelled})"
         sql = (
@@ -119,9 +128,7 @@ class OutcomeOps(Dialect):
             f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
             f"last_error = %(error)s, errors = {self.append_error_sql('error_entry')}, "
             f"lease_expires_at = NULL, updated_at = {now_sql} "
-            f"WHERE id = %(job_id)s AND status = 'processing' AND locked_by = %(worker_id)s "
-            f"AND attempts = %(attempt)s "
-            f"RETURNING status"
+            f"WHERE {where} RETURNING status"
         )
         params = {
             "no_retry": retry_in is None,

@@ -5,10 +5,11 @@ and gets what it needs (``context``: the worker's identity, database, clock and 
 events; and its siblings), never the ``Worker``: ``claimer`` (the main loop: claim sizes,
 prefetch, give-back, wake-ups), ``staging`` (scheduled jobs coming due), ``changes`` (the
 change watch), ``queuecontrol`` (paused queues, per-queue limits), ``inbox`` and ``pool``
-(the runner threads), ``invoke`` (running one handler), ``hooks``, ``completer`` (writing
-completions), ``failures`` (writing failed attempts), ``maintenance/`` (heartbeat, reaper,
-tidier, job controls, ticks, pruner: services with one start/stop), ``signals`` (shared
-with the supervisor), ``dbretry`` (database errors), ``startup``, ``summary``, ``stats``.
+(the runner threads), ``invoke`` (running one handler), ``completer`` (writing every
+attempt's outcome in batches, through ``django_sqlq.outcomes``), ``maintenance/``
+(heartbeat, reaper, tidier, job controls, ticks, pruner: services with one start/stop),
+``signals`` (shared with the supervisor), ``dbretry`` (database errors), ``startup``,
+``summary``, ``stats``.
 See docs/explanation/worker.md. The names here are the ones the management command, the
 supervisor and the tests import.
 """

@@ -2,7 +2,8 @@
 runs inside a transaction on the queue database, and the job's completion is written in
 that same transaction before it commits.
 
-The completion is the completer's statement for one job, fenced the same way (worker id,
+The completion is written by the outcome writer (``django_sqlq.outcomes``), as the
+worker's batches are, fenced the same way (worker id,
 attempt, status ``processing``; ``cancelled`` when a cancel was requested while it ran). If
 the fence matches no row (the lease was lost and the job taken over), the transaction rolls
 back: the handler's writes are discarded and :class:`LeaseLostError` is raised. A handler
@@ -23,7 +24,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from django_sqlq import workflows
+from django_sqlq import outcomes
 from django_sqlq.db import ops_for
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import LeaseLostError, PayloadError, TransactionLeftOpenError
@@ -75,8 +76,8 @@ def run_atomic(
             except PayloadError as exc:
                 raise ResultRefused(exc) from exc
         then = getattr(control, "continuation", None)
-        written = workflows.complete(
-            alias, [(job, result, then)], worker_id=worker_id, now=now()
+        written = outcomes.write(
+            alias, [outcomes.Completed(job, result, then)], worker_id=worker_id, now=now()
         ).statuses
         status = written.get(job.id)
         if status is None:

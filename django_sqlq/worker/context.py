@@ -92,8 +92,8 @@ class HeldJobs:
 
 @dataclass(slots=True)
 class Counts:
-    """What this worker has finished: written by the completer and the failure writer,
-    read by the summary line, the heartbeat and ``Worker``."""
+    """What this worker has finished: written by the completer, read by the summary line,
+    the heartbeat and ``Worker``."""
 
     done: int = 0
     failed: int = 0  # failed attempts, retried or not

@@ -7,9 +7,9 @@ Threads, each with its own database connection:
 
 - the main thread runs the claimer's loop (``claimer``): it claims up to as many jobs as
   there are free slots, in one statement, puts them in the runner pool's inbox, and has
-  the completer (``completer``) write the completions the runners buffered;
-- ``concurrency`` runner threads (``pool``) run handlers (``invoke``) and write each failed
-  attempt at once (``failures``; fenced by worker id and attempt number);
+  the completer (``completer``) write the outcomes the runners buffered, completed and
+  failed, in batches (fenced by worker id and attempt number);
+- ``concurrency`` runner threads (``pool``) run handlers (``invoke``);
 - the maintenance services (``maintenance``): the heartbeat renews the leases of all the
   jobs this worker holds in one statement (until the last running job is finished, also
   after SIGTERM), records the worker's liveness and runs the reaper; the tidier VACUUMs;
@@ -44,7 +44,6 @@ from django_sqlq.retries import RetryPolicy
 from django_sqlq.worker.claimer import Claimer
 from django_sqlq.worker.completer import Completer
 from django_sqlq.worker.context import Clock, Counts, HeldJobs, WorkerContext
-from django_sqlq.worker.failures import FailureWriter
 from django_sqlq.worker.maintenance import (
     Heartbeat,
     JobControls,
@@ -164,7 +163,7 @@ class Worker:
         self.controls = JobControls(context, held=held, running=running)
         self.queue_control = QueueControl(context, queue_limits)
         self.staging = Stager(context)
-        self.failures = FailureWriter(
+        self.completer = Completer(
             context,
             held=held,
             counts=counts,
@@ -172,13 +171,9 @@ class Worker:
             retries=self.retries,
             retry_scheduled=self.staging.retry_scheduled,
         )
-        self.completer = Completer(
-            context, held=held, counts=counts, stats=stats, failures=self.failures
-        )
         self.pool = RunnerPool(
             context,
             completer=self.completer,
-            failures=self.failures,
             controls=self.controls,
             queue_control=self.queue_control,
             held=held,
@@ -311,7 +306,7 @@ class Worker:
             else:
                 # Out of the except clause: the tasks framework's task_finished logging
                 # would attach the ForcedStop it finds in sys.exc_info() as a traceback.
-                self.failures.record_interrupted(list(self.pool.running.values()))
+                self.completer.record_interrupted(list(self.pool.running.values()))
             self._unregister()
             connections.close_all()
         # "gracefully": its running jobs were finished and the rest given back (the word

@@ -1,6 +1,6 @@
 """The runner pool: ``concurrency`` threads that take claimed jobs from the inbox, run
-their handlers and hand each completion to the completer, each failure to the failure
-writer (Solid Queue's ``Pool``).
+their handlers and hand each outcome, completed or failed, to the completer (Solid Queue's
+``Pool``).
 
 Owns the count of jobs in hand (claimed and not yet finished, waiting or running), the
 jobs running now, and the recent average run time the claimer sizes its prefetch by; on
@@ -28,7 +28,6 @@ from django_sqlq.logs import extra_for
 from django_sqlq.worker.completer import FLUSH_BATCH, Completer, Done
 from django_sqlq.worker.context import HeldJobs, WorkerContext
 from django_sqlq.worker.dbretry import with_retry
-from django_sqlq.worker.failures import FailureWriter
 from django_sqlq.worker.inbox import STOP, Inbox
 from django_sqlq.worker.invoke import (
     close_event_loop,
@@ -50,7 +49,6 @@ class RunnerPool:
         context: WorkerContext,
         *,
         completer: Completer,
-        failures: FailureWriter,
         controls: JobControls,
         queue_control: QueueControl,
         held: HeldJobs,
@@ -63,7 +61,6 @@ class RunnerPool:
         self.conf = context.conf
         self.concurrency = context.concurrency
         self.completer = completer
-        self.failures = failures
         self.controls = controls
         self.queue_control = queue_control
         self.held = held
@@ -259,17 +256,17 @@ class RunnerPool:
         outcome: str,
         value: lifecycle.ErrorInfo,
     ) -> tuple[str, Any]:
-        """Write a failed attempt (retried, failed or cancelled) and call its hook."""
+        """Hand a failed attempt (retried, failed or cancelled) to the completer, which
+        writes it and calls its hook."""
         # Whether attempts are left is the policy's to say; an outcome other than a plain
         # failure (a result that cannot be stored) is not retried.
         retry = outcome == "failed"
         # Cancelled while it ran (whatever the handler raised: JobCancelled at a checkpoint,
         # CancelledError in an async task, or any error), or cancelled by its own handler.
         cancel = control.cancelled or isinstance(value.exception, JobCancelled)
-        status = self.failures.record(job, value, retry=retry, cancel=cancel)
-        if status is not None and handler is not None:
-            context = job_context(job, self.worker_id, self.database, control)
-            call_hook(self.worker_id, handler.on_finish, context, status, value)
+        self.completer.failed(
+            job, value, retry=retry, cancel=cancel, handler=handler, control=control
+        )
         return outcome, value
 
     def _atomic_outcome(

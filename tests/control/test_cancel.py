@@ -20,7 +20,7 @@ from django_sqlq.db import ops_for
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.jobcontext import JobContext
 from django_sqlq.models import Job, JobStatus
-from tests.conftest import run_burst, wait_for
+from tests.conftest import fail_attempt, run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -147,7 +147,7 @@ def test_a_failure_after_a_cancel_request_is_cancelled_not_retried():
     (claimed,) = claim()
     lifecycle.request_cancel([job.pk])
     error = lifecycle.ErrorInfo.from_exception(RuntimeError("stopped"))
-    status = lifecycle.fail_or_retry("default", claimed, error, worker_id="w1", retry_in=10)
+    status = fail_attempt("default", claimed, error, worker_id="w1", retry_in=10)
     assert status == JobStatus.CANCELLED
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.CANCELLED, 1)
@@ -158,9 +158,7 @@ def test_a_handler_that_raises_job_cancelled_cancels_its_own_job():
     job = enqueue("tests.noop", max_attempts=5)
     (claimed,) = claim()
     error = lifecycle.ErrorInfo.from_exception(JobCancelled("not needed any more"))
-    status = lifecycle.fail_or_retry(
-        "default", claimed, error, worker_id="w1", retry_in=10, cancel=True
-    )
+    status = fail_attempt("default", claimed, error, worker_id="w1", retry_in=10, cancel=True)
     assert status == JobStatus.CANCELLED
     assert "JobCancelled: not needed any more" in Job.objects.get(pk=job.pk).last_error
 
@@ -176,7 +174,7 @@ def test_a_worker_that_lost_its_lease_writes_no_cancelled_outcome():
     done = Finished(job.pk, claimed.attempts, "late")
     assert ops_for("default").complete_statuses([done], worker_id="w2") == {}
     error = lifecycle.ErrorInfo.from_exception(RuntimeError("late"))
-    assert lifecycle.fail_or_retry("default", claimed, error, worker_id="w2", retry_in=0) is None
+    assert fail_attempt("default", claimed, error, worker_id="w2", retry_in=0) is None
     ops_for("default").write_progress([(job.pk, claimed.attempts, 0.5, "late")], worker_id="w2")
     job.refresh_from_db()
     assert (job.status, job.result, job.progress) == (JobStatus.CANCELLED, None, None)

@@ -1,6 +1,6 @@
 """The state machine (django_sqlq.lifecycle) called directly, with an injected clock:
-claim, complete, fail_or_retry, release, reap, extend_leases, promote, run_now, cancel,
-and the retry backoff."""
+claim, complete, a failed attempt (django_sqlq.outcomes), release, reap, extend_leases,
+promote, run_now, cancel, and the retry backoff."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django_sqlq import enqueue, lifecycle, retries
 from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.models import Job, JobStatus
-from tests.conftest import run_burst
+from tests.conftest import fail_attempt, run_burst
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,7 +108,7 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
     stale_done = [Finished(stale.id, stale.attempts, "stale")]
     assert ops.complete_statuses(stale_done, worker_id="stale") == {}
     error = lifecycle.ErrorInfo("X", "stale failure", "")
-    assert lifecycle.fail_or_retry("default", stale, error, worker_id="stale", retry_in=0) is None
+    assert fail_attempt("default", stale, error, worker_id="stale", retry_in=0) is None
     assert lifecycle.extend_leases("default", worker_id="stale", lease_seconds=60) == 0
     assert ops.complete_statuses(
         [Finished(fresh.id, fresh.attempts, "fresh")], worker_id="fresh"

@@ -102,7 +102,7 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
     claimed: list[int] = []
     written: list[int] = []
     ops_class = type(ops_for("default"))
-    claim, complete = ops_class.claim, Completer._complete
+    claim, complete = ops_class.claim, Completer._write
 
     def counted_claim(self: Any, *args: Any, **kwargs: Any) -> Any:
         jobs = claim(self, *args, **kwargs)
@@ -114,7 +114,7 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
         return complete(self, batch)
 
     monkeypatch.setattr(ops_class, "claim", counted_claim)
-    monkeypatch.setattr(Completer, "_complete", counted_complete)
+    monkeypatch.setattr(Completer, "_write", counted_complete)
     return claimed, written
 
 
@@ -188,3 +188,14 @@ def test_the_claim_recognised_here_is_the_workers(statements: Statements) -> Non
     ops = ops_for("default")
     sql, _ = ops.claim_sql(["default"], worker_id="w", limit=1, lease_seconds=60)
     assert statements.kind(sql) == "claim"
+
+
+def test_failed_attempts_are_written_in_batches_too(batches: tuple[list[int], list[int]]) -> None:
+    """A drain of jobs that all fail writes their failures as it writes completions: many
+    in one transaction of the outcome writer, not a transaction per job."""
+    _, written = batches
+    bulk_enqueue("tests.boom", [{"i": i} for i in range(N)], max_attempts=1)
+    run_burst(concurrency=1, poll_interval=POLL_INTERVAL)
+    assert Job.objects.failed().count() == N
+    assert sum(written) == N
+    assert len(written) <= N / 10, written

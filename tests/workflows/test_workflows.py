@@ -17,7 +17,7 @@ from django_sqlq import (
     cancel,
     enqueue,
     handler,
-    workflows,
+    outcomes,
 )
 from django_sqlq.db import ops_for
 from django_sqlq.db.outcomes import Finished
@@ -274,7 +274,7 @@ def test_the_plain_completion_leaves_out_a_job_waited_for():
         == {}
     )
     assert status(job) == JobStatus.PROCESSING
-    outcome = workflows.complete("default", [(claimed[0], None, None)], worker_id="w")
+    outcome = outcomes.write("default", [outcomes.Completed(claimed[0])], worker_id="w")
     assert outcome.statuses == {job.pk: JobStatus.COMPLETED}
     assert outcome.released == [waiter.pk]
     assert status(waiter) == JobStatus.PENDING
