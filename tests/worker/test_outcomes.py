@@ -12,6 +12,7 @@ from django.db import connection, connections, transaction
 
 from django_sqlq import enqueue, outcomes, workflows
 from django_sqlq.db import ops_for
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.lifecycle import ErrorInfo
 from django_sqlq.models import Job, JobStatus
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ERROR = ErrorInfo("RuntimeError", "boom", "Traceback: ...")
 
 
-def claim(count: int, worker_id: str = "w") -> dict[int, object]:
+def claim(count: int, worker_id: str = "w") -> dict[int, ClaimedJob]:
     jobs = ops_for("default").claim(
         queues=None, worker_id=worker_id, limit=count, lease_seconds=60
     )
