@@ -106,14 +106,14 @@ def run_worker(peer, db, *args):
         raise SystemExit(f"worker exited with {rc}")
 
 
-def drain_rate(peer, db):
+def drain_rate(peer, db, status="completed"):
     if db == "pg":
         span = "EXTRACT(EPOCH FROM max(completed_at) - min(started_at))"
     else:
         span = "(julianday(max(completed_at)) - julianday(min(started_at))) * 86400.0"
-    count, seconds = peer.sql(f"SELECT count(*), {span} FROM sqlq_job WHERE status = 'completed'")[
-        0
-    ]
+    count, seconds = peer.sql(
+        f"SELECT count(*), {span} FROM sqlq_job WHERE status = %s", [status]
+    )[0]
     return {"jobs": count, "seconds": float(seconds), "rate": count / float(seconds)}
 
 

@@ -1,6 +1,7 @@
 """Two revisions of django_sqlq side by side: the regression guard of issue 22.
 
     benchmarks/run sidebyside --rev A --rev B [--jobs 20000] [--rounds 3] [--dbs sqlite,pg]
+                              [--failing]
 
 A and B are git revisions (a commit, a branch, ``HEAD~1``...) or ``WORKTREE``, this
 checkout's django_sqlq/ as it is, uncommitted changes included (default: HEAD~1 and HEAD).
@@ -9,9 +10,11 @@ that revision's code and migrations (the worker's ``django_sqlq.__file__`` is ch
 by round and engine by engine the revisions take turns, A then B, and each run is:
 
 - a fresh database (PostgreSQL ``bench_sbs_sqlq``, SQLite a new file), ``migrate``;
-- JOBS no-op jobs, one ``enqueue()`` each, all in one transaction;
+- JOBS no-op jobs, one ``enqueue()`` each, all in one transaction (``--failing``: jobs whose
+  handler raises, ``max_attempts=1``, so every attempt ends as a failure written for good);
 - one ``manage.py sqlq_worker --burst`` at its defaults, no other option, until it exits;
-- the rate: jobs / (last ``completed_at`` - first ``started_at``), by the database's clock.
+- the rate: jobs / (last ``completed_at`` - first ``started_at``), by the database's clock
+  (of the ``failed`` jobs with ``--failing``).
 
 Each round also drains the bare-SQL floor of ``benchmarks/run`` (floor b100: 100-row
 ``UPDATE ... RETURNING`` claims, one UPDATE per batch done; peers/baseline.py), and every rate
@@ -19,7 +22,7 @@ is also given divided by the floor of its round. Prints, per engine, each revisi
 their medians, B / A, and each revision's median ratio to the floor. Raw JSON:
 $BENCH_TMP/sidebyside-<time>.json; the trees, databases and SQLite files go on exit.
 
-    python sidebyside.py one --db sqlite|pg --tree DIR --jobs N   # one run, one JSON line
+    python sidebyside.py one --db sqlite|pg --tree DIR --jobs N [--failing]  # one JSON line
 """
 
 import argparse
@@ -47,7 +50,7 @@ ENGINE = {"sqlite": "SQLite", "pg": "PostgreSQL"}
 # -- one run, in a process of its own with PYTHONPATH=<the revision's tree> -----------------
 
 
-def one(db, tree, jobs):
+def one(db, tree, jobs, failing=False):
     from peers.sqlq import Peer
     from shapes import drain_rate
 
@@ -76,7 +79,10 @@ def one(db, tree, jobs):
     t = time.perf_counter()
     with transaction.atomic():
         for i in range(jobs):
-            enqueue("noop", {"i": i})
+            if failing:
+                enqueue("fail", {"i": i}, max_attempts=1)
+            else:
+                enqueue("noop", {"i": i})
     enqueue_s = time.perf_counter() - t
     connection.close()
 
@@ -89,9 +95,9 @@ def one(db, tree, jobs):
     worker_s = time.perf_counter() - t
     if rc != 0:
         raise SystemExit(f"the worker exited with {rc}; see {worker._bench_log.name}")
-    out = drain_rate(peer, db)
+    out = drain_rate(peer, db, status="failed" if failing else "completed")
     if out["jobs"] != jobs:
-        raise SystemExit(f"{out['jobs']} of {jobs} jobs completed")
+        raise SystemExit(f"{out['jobs']} of {jobs} jobs finished")
     return {
         **out,
         "worker_wall_s": worker_s,
@@ -100,9 +106,9 @@ def one(db, tree, jobs):
     }
 
 
-def run_one(db, tree, jobs):
+def run_one(db, tree, jobs, failing=False):
     cmd = [sys.executable, os.path.abspath(__file__), "one", "--db", db, "--tree", tree,
-           "--jobs", str(jobs)]  # fmt: skip
+           "--jobs", str(jobs), *(["--failing"] if failing else [])]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=tree, BENCH_PEER="sqlq", BENCH_DB=db,
                DJANGO_SETTINGS_MODULE="benchsite.settings")  # fmt: skip
     log = common.log_path(f"sbs-one-{db}")
@@ -133,7 +139,9 @@ def report(results):
     rounds = results["rounds"]
     head = " | ".join(f"round {r + 1}" for r in range(rounds))
     lines = [
-        f"`{results['command']}`: {results['jobs']:,} no-op jobs, one `enqueue()` each in one "
+        f"`{results['command']}`: {results['jobs']:,} "
+        f"{'failing (max_attempts=1)' if results.get('failing') else 'no-op'} jobs, "
+        "one `enqueue()` each in one "
         "transaction, drained by one `sqlq_worker --burst` at its defaults; jobs/s from the "
         "first `started_at` to the last `completed_at`. Floor: b100 (raw SQL, 100-row "
         f"`UPDATE ... RETURNING` claims), {results['floor_n']:,} jobs, in each round.",
@@ -184,7 +192,7 @@ def measure(results, trees, dbs, json_path):
         for db in dbs:
             runs = results["engines"][db]
             for t in trees:
-                res = run_one(db, t["tree"], results["jobs"])
+                res = run_one(db, t["tree"], results["jobs"], results.get("failing", False))
                 runs[t["key"]].append(res)
                 print(f"# round {r + 1}, {db}, {t['key']} {t['label']}: "
                       f"{fmt(res.get('rate'))} jobs/s {res.get('error', '')}",
@@ -224,6 +232,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=20000, help="jobs per run (20000)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each revision (3)")
     ap.add_argument("--dbs", default="sqlite,pg")
+    ap.add_argument("--failing", action="store_true",
+                    help="jobs whose handler raises (max_attempts=1)")  # fmt: skip
     a = ap.parse_args()
     revs = a.rev or ["HEAD~1", "HEAD"]
     if len(revs) != 2:
@@ -250,6 +260,7 @@ def main():
             "command": "benchmarks/run sidebyside " + shlex.join(sys.argv[1:]),
             "machine": machine(),
             "jobs": a.jobs,
+            "failing": a.failing,
             "rounds": a.rounds,
             "floor_n": DEFAULT_DRAIN_N[FLOOR],
             "revs": trees,
@@ -269,7 +280,8 @@ if __name__ == "__main__":
         ap.add_argument("--db", choices=["sqlite", "pg"], required=True)
         ap.add_argument("--tree", required=True)
         ap.add_argument("--jobs", type=int, default=20000)
+        ap.add_argument("--failing", action="store_true")
         a = ap.parse_args()
-        print(json.dumps(one(a.db, a.tree, a.jobs)))
+        print(json.dumps(one(a.db, a.tree, a.jobs, a.failing)))
     else:
         main()

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from django.conf import settings
@@ -136,6 +137,10 @@ def _flag(key: str, value: Any) -> bool:
 
 
 _cache: tuple[Any, Settings] | None = None
+#: What a project without ``settings.SQLQ`` (or with an empty one) reads: one object, so that
+#: the cache below recognises it (a new ``{}`` per call missed it every time, and every
+#: ``enqueue()`` of a project on the defaults validated the whole settings again).
+_NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
 
 
 def clear_cache(**kwargs: Any) -> None:
@@ -151,7 +156,7 @@ def get_settings() -> Settings:
     and sends ``setting_changed``, which clears the cache too).
     """
     global _cache
-    user: Any = getattr(settings, "SQLQ", {}) or {}
+    user: Any = getattr(settings, "SQLQ", None) or _NO_SETTINGS
     cached = _cache
     if cached is not None and cached[0] is user:
         return cached[1]

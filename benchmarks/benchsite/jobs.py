@@ -12,3 +12,8 @@ def noop(payload):  # noqa: ARG001 (a task)
 @handler("mark")
 def mark(payload):
     mark_start(payload["key"])
+
+
+@handler("fail")
+def fail(payload):  # noqa: ARG001 (a task)
+    raise RuntimeError("a failing job (benchmarks/run sidebyside --failing)")

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
@@ -185,6 +186,21 @@ def test_duration_settings_at_and_past_their_bounds(key, low, high):
             pytest.raises(ConfigurationError, match=rf"SQLQ\['{key}'\] must be"),
         ):
             get_settings()
+
+
+def test_a_project_without_sqlq_settings_reads_them_once():
+    """A project on the defaults (no ``settings.SQLQ``, or an empty one) gets the settings
+    from the cache after the first read, as a project with its own does: each enqueue()
+    validated every setting again."""
+    for empty in (None, {}):
+        with override_settings():
+            if empty is None:
+                del settings.SQLQ
+            else:
+                settings.SQLQ = empty
+            first = get_settings()
+            assert first.QUEUES == ("default",)
+            assert get_settings() is first
 
 
 POLICY_ANSWER: list[float] = [0.0]
