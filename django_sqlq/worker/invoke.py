@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import asgiref
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.utils import timezone, translation
 
 from django_sqlq import lifecycle, registry
@@ -279,6 +279,26 @@ def _discard(connection: Any) -> None:
     with contextlib.suppress(Exception):
         connection.close()
     connection.connection = None
+
+
+def after_database_error(error: BaseException | None) -> None:
+    """After an attempt that failed with a database error (or an error raised from one), in
+    the thread that ran it: close the thread's connections, so that the next job gets new
+    ones. The error may come from the session itself, changed by this handler or an earlier
+    one (``SET search_path``, ``SET default_transaction_read_only``, ``PRAGMA
+    query_only``...): on that connection every later job of the thread would fail the
+    same way. One attempt is lost to such a session, not every later job's."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, DatabaseError):
+            known: list[Any] | None = getattr(thread_state, "connections", None)
+            for connection in known if known is not None else connections.all():
+                if connection.connection is not None and not connection.in_atomic_block:
+                    with contextlib.suppress(Exception):
+                        connection.close()
+            return
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
 
 
 def check_connections() -> None:

@@ -30,6 +30,7 @@ from django_sqlq.worker.context import HeldJobs, WorkerContext
 from django_sqlq.worker.dbretry import with_retry
 from django_sqlq.worker.inbox import STOP, Inbox
 from django_sqlq.worker.invoke import (
+    after_database_error,
     close_event_loop,
     run_handler,
     thread_state,
@@ -267,6 +268,7 @@ class RunnerPool:
         self.completer.failed(
             job, value, retry=retry, cancel=cancel, handler=handler, control=control
         )
+        after_database_error(value.exception)
         return outcome, value
 
     def _atomic_outcome(

@@ -192,6 +192,7 @@ def test_a_project_without_sqlq_settings_reads_them_once():
     """A project on the defaults (no ``settings.SQLQ``, or an empty one) gets the settings
     from the cache after the first read, as a project with its own does: each enqueue()
     validated every setting again."""
+    empty: dict[str, object] | None
     for empty in (None, {}):
         with override_settings():
             if empty is None:
