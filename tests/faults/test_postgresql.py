@@ -86,7 +86,7 @@ def test_connection_cut_during_a_completion(tmp_path, spawn_worker, report):
             "the worker's completion waiting on the row lock",
         )
         assert terminate([b["pid"] for b in writes]) == 1
-        until(lambda: "database error during complete" in worker.output(), 30, "noticed")
+        until(lambda: "database error during record outcomes" in worker.output(), 30, "noticed")
     until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, 60, "completed")
     job.refresh_from_db()
     assert (job.attempts, job.result, job.errors) == (1, worker.pid, [])
@@ -95,7 +95,7 @@ def test_connection_cut_during_a_completion(tmp_path, spawn_worker, report):
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     assert errors_in(worker.output()) == []
-    line = next(x for x in worker.output().splitlines() if "during complete" in x)
+    line = next(x for x in worker.output().splitlines() if "during record outcomes" in x)
     report(worker_log=line.split(" WARNING ")[-1][:200])
 
 
