@@ -25,7 +25,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from django_sqlq import statuses, workflows
 from django_sqlq.db import ops_for
@@ -68,6 +68,16 @@ class Written(NamedTuple):
     released: list[int]
 
 
+class OutcomesRefused(DatabaseError):
+    """The database refused a step of :func:`write` (not a lost connection: those the
+    caller's ``retrying`` runs again). ``written``: what the steps before it wrote, which
+    is committed unless the caller's own transaction rolls back with this error."""
+
+    def __init__(self, error: DatabaseError, written: Written) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.written = written
+
+
 def write(
     alias: str,
     outcomes: Sequence[Outcome],
@@ -82,6 +92,24 @@ def write(
     database trouble (the worker's ``dbretry``); without it, each step runs once."""
     run = retrying or _once
     written = Written({}, [], [])
+    try:
+        _write(alias, outcomes, worker_id, now, run, written)
+    except DatabaseError as exc:
+        if not written.statuses:
+            raise
+        raise OutcomesRefused(exc, written) from exc
+    return written
+
+
+def _write(
+    alias: str,
+    outcomes: Sequence[Outcome],
+    worker_id: str,
+    now: datetime | None,
+    run: Callable[[Callable[[], Any]], Any],
+    written: Written,
+) -> None:
+    """The steps of :func:`write`, adding what each wrote to ``written``."""
     plain = [o for o in outcomes if isinstance(o, Completed) and o.then is None]
     if plain:
         rows = [Finished(o.job.id, o.job.attempts, o.result) for o in plain]
@@ -96,13 +124,12 @@ def write(
         (o for o in outcomes if o.job.id not in written.statuses), key=lambda o: o.job.id
     )
     if not rest:
-        return written
+        return
     skip_locked = len(rest) > 1
     _add(written, run(lambda: _write_rows(alias, rest, worker_id, now, skip_locked=skip_locked)))
     for outcome in rest if skip_locked else ():
         if outcome.job.id not in written.statuses:
             _add(written, run(partial(_write_rows, alias, [outcome], worker_id, now)))
-    return written
 
 
 def _once(step: Callable[[], Any]) -> Any:

@@ -184,6 +184,14 @@ class Completer:
         """Not a lost connection (those are retried): the database refuses the write. Find
         the outcome it refuses rather than lose the whole batch (and the worker's main
         thread) to one row."""
+        written: dict[int, str] = {}
+        if isinstance(exc, outcomes.OutcomesRefused):
+            # The steps before the refused one wrote their outcomes: those are done.
+            written = dict(exc.written.statuses)
+            self._account([item for item in batch if item.job.id in written], written)
+            batch = [item for item in batch if item.job.id not in written]
+            if not batch:
+                return written
         if len(batch) > 1:
             logger.warning(
                 "Worker %s: writing %d outcomes failed (%s: %s); writing them one by one",
@@ -192,7 +200,6 @@ class Completer:
                 type(exc).__name__,
                 exc,
             )
-            written: dict[int, str] = {}
             for item in batch:
                 written.update(self.write([item]))
             return written
@@ -201,12 +208,13 @@ class Completer:
             # A completion the database refuses: recorded as its attempt's error.
             error = lifecycle.ErrorInfo.from_exception(exc)
             retry_in = self._retry_in(item.job, retry=True, cancel=False)
-            return self.write([Fault(item.job, error, retry_in, handler=item.handler)])
+            fault = Fault(item.job, error, retry_in, handler=item.handler)
+            return {**written, **self.write([fault])}
         # A failure the database refuses: once more on a new connection (this one may be
         # in a state that refuses writes), then the job is left to its lease.
         reset_connection(self.database)
         try:
-            written = self._write(batch)
+            again = self._write(batch)
         except DatabaseError:
             self.held.discard([item.job.id])
             logger.exception(
@@ -216,9 +224,9 @@ class Completer:
                 item.job.id,
                 extra=extra_for(item.job),
             )
-            return {}
-        self._account(batch, written)
-        return written
+            return written
+        self._account(batch, again)
+        return {**written, **again}
 
     def committed(self, item: Done, status: str) -> None:
         """An atomic handler's completion, committed with its writes by the runner thread

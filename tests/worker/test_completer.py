@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from django_sqlq import bulk_enqueue, registry
+from django_sqlq import bulk_enqueue, enqueue, registry
 from django_sqlq.db import ops_for
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.models import Job, JobStatus
@@ -151,6 +151,37 @@ def test_a_refused_completion_fails_its_attempt_and_the_others_are_written():
     assert rows[last.id].result == {"n": 3}
     assert rows[refused.id].status == JobStatus.PENDING  # retried: its attempt failed
     assert "refused by a test trigger" in rows[refused.id].last_error
+    assert (worker.jobs_done, worker.jobs_failed, worker.jobs_retried) == (2, 1, 1)
+    assert worker.held.sorted() == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("refuse_marked_results")
+def test_the_outcomes_written_before_a_refused_one_are_counted():
+    """The plain completions are written (one statement) before the database refuses one
+    written with its waiters (a transaction): they are counted and logged as completed,
+    not written again one by one and logged as lost."""
+    worker = Worker(worker_id="w-completer", backoff=lambda _: 0)
+    jobs = bulk_enqueue("tests.noop", [{}, {}, {}])
+    claimed = sorted(
+        ops_for("default").claim(queues=None, worker_id="w-completer", limit=3, lease_seconds=60),
+        key=lambda job: job.id,
+    )
+    waiter = enqueue("tests.noop", depends_on=[jobs[1]])
+    worker.held.add(job.id for job in claimed)
+    handler = noop_handler()
+    results = [{"n": 0}, "refuse-me", {"n": 2}]
+    worker.completer.write(
+        [Done(job, r, handler, 0.0) for job, r in zip(claimed, results, strict=True)]
+    )
+    rows = {job.id: job for job in Job.objects.filter(id__in=[job.id for job in jobs])}
+    assert [rows[job.id].status for job in claimed] == [
+        JobStatus.COMPLETED,
+        JobStatus.PENDING,  # retried: its attempt failed
+        JobStatus.COMPLETED,
+    ]
+    assert "refused by a test trigger" in rows[claimed[1].id].last_error
+    assert Job.objects.get(pk=waiter.pk).status == JobStatus.BLOCKED
     assert (worker.jobs_done, worker.jobs_failed, worker.jobs_retried) == (2, 1, 1)
     assert worker.held.sorted() == []
 
