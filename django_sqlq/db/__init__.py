@@ -94,6 +94,25 @@ def is_missing_table(exc: BaseException) -> bool:
     return "no such table" in message or ("does not exist" in message and "relation" in message)
 
 
+def in_raw_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the driver has a transaction open on ``connection`` while Django believes it
+    is in autocommit outside any atomic block: a raw ``BEGIN`` ran through a cursor. Read
+    from the driver's own state, without a round trip."""
+    raw = connection.connection
+    if raw is None or connection.in_atomic_block or not connection.autocommit:
+        return False
+    try:
+        if connection.vendor == "sqlite":
+            return bool(raw.in_transaction)
+        if connection.vendor == "postgresql":
+            # psycopg 3 and psycopg2 >= 2.8: libpq's status; IDLE (0) is no transaction,
+            # ACTIVE (1) a command in progress; INTRANS, INERROR: a transaction is open.
+            return int(raw.info.transaction_status) in (2, 3)
+    except Exception:
+        return False
+    return False
+
+
 def has_uncommitted_writes(connection: BaseDatabaseWrapper) -> bool:
     """Whether the transaction open on ``connection`` has written anything that a rollback
     would lose. True when it cannot tell (an aborted transaction, another engine)."""

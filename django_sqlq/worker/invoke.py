@@ -24,7 +24,12 @@ from django.utils import timezone, translation
 
 from django_sqlq import lifecycle, registry
 from django_sqlq.control import JobControl
-from django_sqlq.db import abort_transaction, has_uncommitted_writes, interrupt_statement
+from django_sqlq.db import (
+    abort_transaction,
+    has_uncommitted_writes,
+    in_raw_transaction,
+    interrupt_statement,
+)
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import (
     JobTimeoutError,
@@ -245,10 +250,13 @@ def tidy_connections() -> list[str]:
         if connection.connection is None:
             continue  # never opened, or closed by the handler: the next use reconnects
         try:
-            if connection.in_atomic_block or not connection.autocommit:
+            raw_begin = in_raw_transaction(connection)
+            if connection.in_atomic_block or not connection.autocommit or raw_begin:
                 what = (
                     "an atomic block it did not exit"
                     if connection.in_atomic_block
+                    else "a transaction begun with a raw BEGIN"
+                    if raw_begin
                     else "autocommit turned off"
                 )
                 if has_uncommitted_writes(connection):

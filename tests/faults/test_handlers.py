@@ -38,6 +38,7 @@ LEFT_OPEN = {
     "autocommit": (JobStatus.FAILED, set()),
     "atomic": (JobStatus.FAILED, set()),
     "savepoint": (JobStatus.FAILED, set()),
+    "raw_begin": (JobStatus.FAILED, set()),
     "close_in_atomic": (JobStatus.FAILED, set()),  # its writes were lost with it
     "autocommit_no_writes": (JobStatus.COMPLETED, set()),
     "cursor": (JobStatus.COMPLETED, {"cursor-0", "cursor-1", "cursor-2"}),

@@ -184,6 +184,10 @@ def leave_open(payload: dict[str, Any]) -> str:
         Order.objects.create(item=how)
         transaction.savepoint()
         Order.objects.create(item=how + "-2")
+    elif how == "raw_begin":  # a transaction Django does not know of, a write in it
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN")
+        Order.objects.create(item=how)
     elif how == "cursor":  # a cursor with rows not read, never closed
         for n in range(3):
             Order.objects.create(item=f"{how}-{n}")
