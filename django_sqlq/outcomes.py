@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from django.db import DatabaseError, transaction
 
@@ -55,7 +55,20 @@ class Failed(NamedTuple):
     cancel: bool = False
 
 
-Outcome = Completed | Failed
+class Completion(Protocol):
+    """What :func:`write` reads of a completed attempt: :class:`Completed`, or any object
+    with these attributes (the worker's buffered ``Done``, passed as it is: no copy per
+    job on the drain's path)."""
+
+    @property
+    def job(self) -> ClaimedJob: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def then(self) -> Continuation | None: ...
+
+
+Outcome = Completion | Failed
 
 
 class Written(NamedTuple):
@@ -110,7 +123,7 @@ def _write(
     written: Written,
 ) -> None:
     """The steps of :func:`write`, adding what each wrote to ``written``."""
-    plain = [o for o in outcomes if isinstance(o, Completed) and o.then is None]
+    plain = [o for o in outcomes if not isinstance(o, Failed) and o.then is None]
     if plain:
         rows = [Finished(o.job.id, o.job.attempts, o.result) for o in plain]
         written.statuses.update(
@@ -154,7 +167,7 @@ def _write_rows(
     the chains' next steps, the release of the jobs that waited for them."""
     ops = ops_for(alias)
     with transaction.atomic(using=alias, savepoint=False):
-        completed = [o for o in ordered if isinstance(o, Completed)]
+        completed = [o for o in ordered if not isinstance(o, Failed)]
         written: dict[int, str] = {}
         if completed:
             written = ops.complete_statuses(
@@ -187,7 +200,7 @@ def _write_rows(
             status = written.get(job.id)
             if status is None:
                 continue
-            then = outcome.then if isinstance(outcome, Completed) else None
+            then = None if isinstance(outcome, Failed) else outcome.then
             goes_on = then is not None and status == statuses.COMPLETED
             if then is not None and goes_on:
                 continued.append(workflows.continue_chain(alias, job, then))

@@ -170,7 +170,7 @@ class Completer:
         return outcomes.write(
             self.database,
             [
-                outcomes.Completed(item.job, item.result, item.then)
+                item
                 if isinstance(item, Done)
                 else outcomes.Failed(item.job, item.error, item.retry_in, item.cancel)
                 for item in batch
