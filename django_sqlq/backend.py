@@ -64,7 +64,12 @@ from django_sqlq.compat import (
     task_started,
 )
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import InvalidJobError, PayloadError, UniqueKeyHeldError
+from django_sqlq.exceptions import (
+    InvalidJobError,
+    PayloadError,
+    UniqueKeyHeldError,
+    not_retried,
+)
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.recurrence.definition import find_task
 
@@ -548,17 +553,19 @@ def run_task(payload: Any, context: JobContext) -> Any:  # noqa: ARG001 (a handl
 def _storable(value: Any) -> Any:
     """The return value as the framework normalises it. Anything JSON cannot hold raises a
     plain TypeError, as with the framework's own backends, so the TaskResult's error reads
-    ``builtins.TypeError`` rather than a django_sqlq class the task's author never met."""
+    ``builtins.TypeError`` rather than a django_sqlq class the task's author never met. Not
+    retried, as a handler's unstorable result is not: the task ran to its end, and running
+    it again would repeat its work and end the same way."""
     try:
         normalized = normalize_json(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"The task's return value cannot be stored as JSON: {_not_json(value, exc)}"
+        raise not_retried(
+            TypeError(f"The task's return value cannot be stored as JSON: {_not_json(value, exc)}")
         ) from exc
     try:
         encode_json(normalized, what="task's return value")
     except PayloadError as exc:
-        raise TypeError(str(exc)) from exc
+        raise not_retried(TypeError(str(exc))) from exc
     return normalized
 
 

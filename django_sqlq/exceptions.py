@@ -72,3 +72,16 @@ class JobCancelled(SQLQError):
     ran (``django_sqlq.cancel()`` or the admin's Cancel). Let it propagate: the worker
     records the job ``cancelled``, not failed, and does not retry it. A handler may also
     raise it itself to cancel its own job."""
+
+
+def not_retried(exc: BaseException) -> BaseException:
+    """Mark ``exc``, raised by a handler or a task, as an attempt's end that no retry can
+    change: the work is done and only its record is impossible (a return value JSON cannot
+    hold). The worker fails the job at once, and ``exc`` keeps its class (a task's
+    ``TypeError`` stays ``builtins.TypeError`` in its ``TaskResult``)."""
+    exc.sqlq_not_retried = True  # type: ignore[attr-defined]
+    return exc
+
+
+def is_not_retried(exc: BaseException) -> bool:
+    return getattr(exc, "sqlq_not_retried", False) is True

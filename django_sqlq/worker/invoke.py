@@ -36,6 +36,7 @@ from django_sqlq.exceptions import (
     LeaseLostError,
     PayloadError,
     TransactionLeftOpenError,
+    is_not_retried,
 )
 from django_sqlq.jobcontext import job_context
 from django_sqlq.jsoncodec import decode_json, encode_json
@@ -359,7 +360,8 @@ def run_handler(
         return "failed_for_good", lifecycle.ErrorInfo.from_exception(error)
     except BaseException as exc:
         tidy_connections()
-        return "failed", lifecycle.ErrorInfo.from_exception(exc)
+        kind = "failed_for_good" if is_not_retried(exc) else "failed"
+        return kind, lifecycle.ErrorInfo.from_exception(exc)
     finally:
         # A language or time zone a handler activated (translation.activate(user's
         # language), as an e-mail job does) stays with the thread, so the next job of

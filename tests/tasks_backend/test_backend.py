@@ -429,6 +429,19 @@ def test_max_attempts_option_opts_in_to_retries(tasks, retrying, sent, tmp_path)
     assert len(sent["finished"]) == 1
 
 
+def test_a_return_value_that_cannot_be_stored_is_not_retried(tasks, retrying, sent):
+    """As a handler's: the task ran to its end; another attempt would repeat its work and
+    end the same way. Its error stays the framework's TypeError."""
+    result = tasks.unserialisable.using(backend="retrying", queue_name="reports").enqueue()
+    run_burst(queues=["reports"])
+    done = retrying.get_result(result.id)
+    assert done.status == compat.TaskResultStatus.FAILED
+    assert done.attempts == 1
+    assert [e.exception_class for e in done.errors] == [TypeError]
+    assert Job.objects.get(uuid=result.id).status == JobStatus.FAILED
+    assert [r.id for _, r in sent["finished"]] == [result.id]
+
+
 def test_statuses_map_onto_the_frameworks(tasks, backend):
     ready, running, cancelled = (tasks.add.enqueue(n, n) for n in range(3))
     lifecycle.cancel([Job.objects.get(uuid=cancelled.id).pk])
