@@ -171,7 +171,16 @@ def test_an_operator_finds_a_failed_job_retries_it_and_watches_it_complete(
     )
 
     # The job: its traceback, then the fix and a retry.
-    page.locator("#result_list").get_by_role("link", name=str(job.pk), exact=True).click()
+    link = page.locator("#result_list").get_by_role("link", name=str(job.pk), exact=True)
+    job_url = f"/admin/django_sqlq/failedjob/{job.pk}/change/"
+    link.click()
+    try:
+        page.wait_for_url(f"**{job_url}", timeout=TIMEOUT_MS)
+    except Exception:
+        # A click lost while a loaded machine was still settling the page: click again,
+        # as an operator would (a loaded CI run saw the list page 20 s after the click).
+        link.click()
+        page.wait_for_url(f"**{job_url}", timeout=TIMEOUT_MS)
     expect(page.locator("#sqlq-job-status")).to_have_text("Failed", timeout=TIMEOUT_MS)
     expect(page.locator("pre.sqlq-traceback").first).to_contain_text("Traceback")
     expect(page.locator("pre.sqlq-traceback").first).to_contain_text("FileNotFoundError")
