@@ -23,9 +23,10 @@ if TYPE_CHECKING:
         cancel,
         enqueue,
     )
-    from django_sqlq.exceptions import JobCancelled
+    from django_sqlq.exceptions import EventTimeout, JobCancelled
     from django_sqlq.models import Chain
     from django_sqlq.queues import pause_queue, resume_queue
+    from django_sqlq.steps import emit_event
 
 try:
     __version__ = version("django-sqlq")
@@ -35,6 +36,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "CancelResult",
     "Chain",
+    "EventTimeout",
     "JobCancelled",
     "JobGroup",
     "__version__",
@@ -43,6 +45,7 @@ __all__ = [
     "aenqueue",
     "bulk_enqueue",
     "cancel",
+    "emit_event",
     "enqueue",
     "handler",
     "pause_queue",
@@ -65,6 +68,8 @@ _HOMES = {
     "pause_queue": "django_sqlq.queues",
     "resume_queue": "django_sqlq.queues",
     "JobCancelled": "django_sqlq.exceptions",
+    "EventTimeout": "django_sqlq.exceptions",
+    "emit_event": "django_sqlq.steps",
 }
 
 

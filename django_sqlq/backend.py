@@ -52,7 +52,6 @@ from django_sqlq.compat import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
-    TaskContext,
     TaskError,
     TaskResult,
     TaskResultDoesNotExist,
@@ -72,6 +71,7 @@ from django_sqlq.exceptions import (
 )
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.recurrence.definition import find_task
+from django_sqlq.taskcontext import SQLQTaskContext
 
 # Nothing here imports the models at import time (nor api, inline and jobcontext, which
 # do): the framework instantiates backends when the first @task is defined, which may be
@@ -544,7 +544,8 @@ def run_task(payload: Any, context: JobContext) -> Any:  # noqa: ARG001 (a handl
         result = _load(context.job_id, context.database)
     task = result.task
     if task.takes_context:
-        value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+        task_context = SQLQTaskContext(task_result=result, job_context=context)
+        value = task.call(task_context, *result.args, **result.kwargs)
     else:
         value = task.call(*result.args, **result.kwargs)
     return _storable(value)

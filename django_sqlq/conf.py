@@ -55,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": None,
     "PRUNE_INTERVAL": 60.0,
     "CHECK_TYPES": True,
+    "EVENT_RETENTION": 30 * 86400,
 }
 
 #: The statuses ``KEEP_FINISHED`` may name: those of finished jobs, the only ones pruned.
@@ -90,6 +91,8 @@ class Settings:
     PRUNE_INTERVAL: float = 60.0
     #: enqueue() refuses a job type no handler or @task answers to (after autodiscovery).
     CHECK_TYPES: bool = True
+    #: Seconds an emitted event is kept for a waiter that comes later (None: for ever).
+    EVENT_RETENTION: float | None = 30 * 86400
 
     @property
     def prunes(self) -> bool:
@@ -325,4 +328,7 @@ def _read(user: Any) -> Settings:
             "PRUNE_INTERVAL", merged["PRUNE_INTERVAL"], minimum=0.01, maximum=MAX_INTERVAL
         ),
         CHECK_TYPES=_flag("CHECK_TYPES", merged["CHECK_TYPES"]),
+        EVENT_RETENTION=None
+        if merged["EVENT_RETENTION"] is None
+        else _number("EVENT_RETENTION", merged["EVENT_RETENTION"], minimum=0, maximum=MAX_DELAY),
     )

@@ -76,6 +76,7 @@ class JobControl:
         "cancelled",
         "continuation",
         "job_id",
+        "steps",
     )
 
     def __init__(self, job_id: int, attempt: int) -> None:
@@ -88,6 +89,8 @@ class JobControl:
         # The chain's next step (django_sqlq.workflows.Continuation), set by the handler's
         # context.continue_with() and written with the completion.
         self.continuation: object | None = None
+        # The attempt's durable steps (django_sqlq.steps.Steps), made at its first step.
+        self.steps: object | None = None
 
     # -- the handler's side ---------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class SQLQError(Exception):
     """Base class of every error django_sqlq raises."""
@@ -72,6 +74,35 @@ class JobCancelled(SQLQError):
     ran (``django_sqlq.cancel()`` or the admin's Cancel). Let it propagate: the worker
     records the job ``cancelled``, not failed, and does not retry it. A handler may also
     raise it itself to cancel its own job."""
+
+
+class EventTimeout(SQLQError, TimeoutError):
+    """``context.wait_for_event()`` waited its whole ``timeout`` and no event with its key
+    was emitted. Recorded with the step: every later attempt of the job raises it again at
+    that step (an event emitted after the timeout is not taken by it). Catch it in the
+    handler to take another path (cancel the order...)."""
+
+    def __init__(self, name: str, key: str) -> None:
+        super().__init__(f"Step {name!r}: no event {key!r} was emitted before the timeout.")
+        self.name = name
+        self.key = key
+
+
+class StepError(SQLQError, ValueError):
+    """A durable step used wrongly: a name used twice in one job, or used first for
+    another kind of step, a result JSON cannot hold, a step outside a worker."""
+
+
+class Suspended(BaseException):
+    """Raised by ``context.sleep()`` and ``context.wait_for_event()`` to end the attempt
+    without counting it: the worker records the job asleep until ``until`` (waiting for
+    ``wait_key``) and frees its thread. A BaseException, so that a handler's ``except
+    Exception`` does not swallow it; let it propagate."""
+
+    def __init__(self, until: datetime, wait_key: str | None = None) -> None:
+        super().__init__(f"suspended until {until.isoformat()}")
+        self.until = until
+        self.wait_key = wait_key
 
 
 def not_retried(exc: BaseException) -> BaseException:

@@ -23,11 +23,13 @@ from django_sqlq import lifecycle, outcomes, registry, workflows
 from django_sqlq.conf import get_settings
 from django_sqlq.control import JobControl
 from django_sqlq.db.columns import ClaimedJob
+from django_sqlq.exceptions import Suspended
 from django_sqlq.jobcontext import JobContext, call_hook, job_context
 from django_sqlq.jsoncodec import encode_json
 from django_sqlq.logs import extra_for
 from django_sqlq.models import Job, JobQuerySet, JobStatus
 from django_sqlq.retries import RetryPolicy
+from django_sqlq.steps import Steps
 
 logger = logging.getLogger("django_sqlq.testing")
 
@@ -62,14 +64,19 @@ class RunResult:
     retried: int = 0
     failed: int = 0
     job_ids: list[int] = field(default_factory=list)
+    #: Attempts that ended in a durable sleep or wait (``context.sleep()``,
+    #: ``wait_for_event()``): not counted as attempts of their jobs.
+    slept: int = 0
 
     @property
     def ran(self) -> int:
-        return self.completed + self.retried + self.failed
+        return self.completed + self.retried + self.failed + self.slept
 
-    def _add(self, job_id: int, status: str) -> None:
+    def _add(self, job_id: int, status: str, *, slept: bool = False) -> None:
         self.job_ids.append(job_id)
-        if status == JobStatus.COMPLETED:
+        if slept:
+            self.slept += 1
+        elif status == JobStatus.COMPLETED:
             self.completed += 1
         elif status == JobStatus.FAILED:
             self.failed += 1
@@ -106,6 +113,9 @@ def run_jobs(
     alias = _alias(using)
     queues = [queue] if isinstance(queue, str) else list(queue) if queue is not None else None
     result = RunResult()
+    # The jobs asleep in a durable sleep or wait that is not over: not run again by this
+    # call, even with_scheduled (they would only go back to sleep).
+    asleep: set[int] = set()
     while max_jobs is None or result.ran < max_jobs:
         # SQLite keeps the queue's timestamps to the (rounded) millisecond: a retry due "now"
         # may be stored up to half a millisecond ahead of the clock.
@@ -113,12 +123,17 @@ def run_jobs(
         candidates = due(Job.objects.using(alias), None if with_scheduled else when)
         if queues is not None:
             candidates = candidates.filter(queue__in=queues)
+        if asleep:
+            candidates = candidates.exclude(id__in=asleep)
         job_id = candidates.values_list("id", flat=True).first()
         if job_id is None:
             break
-        status = _run(alias, job_id, now=now, raise_errors=raise_errors)
+        slept: set[int] = set()
+        status = _run(alias, job_id, now=now, raise_errors=raise_errors, slept=slept)
         if status is not None:
-            result._add(job_id, status)
+            result._add(job_id, status, slept=bool(slept))
+            if slept and status == JobStatus.SCHEDULED:
+                asleep.add(job_id)
     return result
 
 
@@ -130,7 +145,7 @@ def run_job(
     ``"failed"``), or None if it was not waiting to run. Refreshes ``job`` if given."""
     alias = job._state.db if isinstance(job, Job) and job._state.db else _alias(None)
     job_id = job.pk if isinstance(job, Job) else job
-    status = _run(alias, job_id, now=now, raise_errors=raise_errors)
+    status = _run(alias, job_id, now=now, raise_errors=raise_errors, slept=set())
     if isinstance(job, Job) and status is not None:
         job.refresh_from_db(using=alias)
     return status
@@ -154,7 +169,16 @@ def _claim(alias: str, job_id: int, now: datetime) -> ClaimedJob | None:
     return ClaimedJob._make(jobs.values_list(*ClaimedJob._fields).get(pk=job_id))
 
 
-def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -> str | None:
+def _run(
+    alias: str,
+    job_id: int,
+    *,
+    now: datetime | None,
+    raise_errors: bool,
+    slept: set[int],
+) -> str | None:
+    """Run one job as a worker would; ``slept`` gets its id if it ended in a durable sleep
+    or wait. Its new status, or None if it was not there to claim."""
     registry.autodiscover()  # as the worker does: apps' jobs.py register their handlers
     claimed = _claim(alias, job_id, now or timezone.now())
     if claimed is None:
@@ -163,6 +187,8 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
     context = job_context(claimed, TEST_WORKER_ID, alias, control)
     handler: registry.Handler | None = None
     error: BaseException | None = None
+    suspended: Suspended | None = None
+    status: str | None
     result: Any = None
     follow: list[int] = []
     try:
@@ -170,13 +196,17 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
         if handler.on_start is not None:
             call_hook(TEST_WORKER_ID, handler.on_start, context)
         with _savepoints():
-            result = _call(handler, claimed, context)
-        if result is not None:
-            encode_json(
-                result, what="handler's return value", limit=get_settings().MAX_PAYLOAD_BYTES
-            )
+            result, suspended = _call_with_steps(alias, handler, claimed, context, now)
     except Exception as exc:
         error = exc
+    if suspended is not None:
+        slept.add(claimed.id)
+        return outcomes.write(
+            alias,
+            [outcomes.Slept(claimed, suspended.until, suspended.wait_key)],
+            worker_id=TEST_WORKER_ID,
+            now=now or timezone.now(),
+        ).statuses.get(claimed.id)
     if error is None and handler is not None:
         then = cast("workflows.Continuation | None", control.continuation)
         done = outcomes.write(
@@ -185,7 +215,7 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
             worker_id=TEST_WORKER_ID,
             now=now or timezone.now(),
         )
-        status: str | None = done.statuses.get(claimed.id)
+        status = done.statuses.get(claimed.id)
         outcome: Any = result
         if get_settings().TESTING == "inline":
             # As enqueue() runs a job at once in inline mode: the chain's next step, and the
@@ -220,6 +250,33 @@ def _run(alias: str, job_id: int, *, now: datetime | None, raise_errors: bool) -
     for job_id in follow:
         run_job(job_id, now=now, raise_errors=raise_errors)
     return status
+
+
+def _call_with_steps(
+    alias: str,
+    handler: registry.Handler,
+    claimed: ClaimedJob,
+    context: JobContext,
+    now: datetime | None,
+) -> tuple[Any, Suspended | None]:
+    """Call the handler, its durable steps on the clock of the run's ``now``: its result,
+    or the sleep or wait it ended in (caught here, inside the savepoint, so that what the
+    sleep recorded stays)."""
+    assert context.control is not None
+    context.control.steps = Steps(
+        alias,
+        claimed.id,
+        depth=len(connections[alias].atomic_blocks),
+        atomic=handler.atomic,
+        clock=(lambda: now) if now is not None else None,
+    )
+    try:
+        result = _call(handler, claimed, context)
+    except Suspended as exc:
+        return None, exc
+    if result is not None:
+        encode_json(result, what="handler's return value", limit=get_settings().MAX_PAYLOAD_BYTES)
+    return result, None
 
 
 def _call(handler: registry.Handler, job: ClaimedJob, context: JobContext) -> Any:

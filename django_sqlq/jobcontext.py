@@ -8,11 +8,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 from django_sqlq.control import JobControl, check_progress
 from django_sqlq.db.columns import ClaimedJob
+from django_sqlq.exceptions import StepError
 from django_sqlq.logs import job_extra
+from django_sqlq.steps import Steps
 from django_sqlq.workflows import continuation
 
 logger = logging.getLogger("django_sqlq.worker")
@@ -93,6 +96,43 @@ class JobContext:
             max_attempts=max_attempts,
             timeout=timeout,
         )
+
+    # -- durable steps (django_sqlq.steps) ------------------------------------------------
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job: the first time, run it in a
+        transaction on the queue's database and record its result (JSON) under ``name``
+        with it; on every later attempt, return that result without running ``fn``. What
+        ``fn`` writes to the queue's database commits with the record (exactly once); other
+        side effects are at least once. ``name``: unique within the job."""
+        return self._steps().step(name, fn, *args, **kwargs)
+
+    def sleep(self, name: str, when: float | timedelta | datetime) -> None:
+        """Sleep until ``when`` (seconds, a timedelta or a datetime) without holding a
+        worker: the attempt ends here, uncounted, and the job runs again from the top when
+        the time comes, its recorded steps replayed; this call then returns."""
+        self._steps().sleep(name, when)
+
+    def wait_for_event(
+        self, name: str, key: str, *, timeout: float | timedelta | datetime | None
+    ) -> Any:
+        """The payload of the event ``key`` (``django_sqlq.emit_event(key, payload)``),
+        waiting without a worker until it is emitted: the attempt ends here, uncounted, and
+        the job runs again once it is. Raises
+        :class:`~django_sqlq.exceptions.EventTimeout` (recorded: every later attempt too)
+        once ``timeout`` (seconds, a timedelta or a datetime; None: no limit) has passed."""
+        return self._steps().wait_for_event(name, key, timeout)
+
+    def _steps(self) -> Steps:
+        if self.control is None:
+            raise StepError(
+                "Durable steps need a job run by a worker (or by django_sqlq.testing's "
+                "run_jobs()): this JobContext was made by hand."
+            )
+        steps = self.control.steps
+        if steps is None:
+            steps = self.control.steps = Steps(self.database, self.job_id)
+        return cast("Steps", steps)
 
 
 def job_context(

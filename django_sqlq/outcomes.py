@@ -1,6 +1,7 @@
 """The outcome writer: the one way an attempt's end is written (completed, retried at its
-backoff, failed for good, cancelled), by the worker's batches, by atomic handlers inside
-their own transaction, and by the in-process runner of ``testing``/inline mode.
+backoff, failed for good, cancelled, asleep in a durable sleep or wait), by the worker's
+batches, by atomic handlers inside their own transaction, and by the in-process runner of
+``testing``/inline mode.
 
 :func:`write` takes a batch of outcomes and writes each fenced (it changes a job only
 while ``worker_id`` still holds that attempt), with what follows from it in the same
@@ -29,6 +30,7 @@ from django.db import DatabaseError, transaction
 
 from django_sqlq import statuses, workflows
 from django_sqlq.db import ops_for
+from django_sqlq.db.base import QueueOps
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.lifecycle import ErrorInfo
@@ -55,6 +57,16 @@ class Failed(NamedTuple):
     cancel: bool = False
 
 
+class Slept(NamedTuple):
+    """An attempt that ended in a durable sleep or wait (``context.sleep()``,
+    ``wait_for_event()``): scheduled until ``until``, uncounted; ``wait_key``: woken at once
+    if that event is there."""
+
+    job: ClaimedJob
+    until: datetime
+    wait_key: str | None = None
+
+
 class Completion(Protocol):
     """What :func:`write` reads of a completed attempt: :class:`Completed`, or any object
     with these attributes (the worker's buffered ``Done``, passed as it is: no copy per
@@ -68,7 +80,7 @@ class Completion(Protocol):
     def then(self) -> Continuation | None: ...
 
 
-Outcome = Completion | Failed
+Outcome = Completion | Failed | Slept
 
 
 class Written(NamedTuple):
@@ -123,7 +135,7 @@ def _write(
     written: Written,
 ) -> None:
     """The steps of :func:`write`, adding what each wrote to ``written``."""
-    plain = [o for o in outcomes if not isinstance(o, Failed) and o.then is None]
+    plain = [o for o in outcomes if not isinstance(o, (Failed, Slept)) and o.then is None]
     if plain:
         rows = [Finished(o.job.id, o.job.attempts, o.result) for o in plain]
         written.statuses.update(
@@ -167,7 +179,7 @@ def _write_rows(
     the chains' next steps, the release of the jobs that waited for them."""
     ops = ops_for(alias)
     with transaction.atomic(using=alias, savepoint=False):
-        completed = [o for o in ordered if not isinstance(o, Failed)]
+        completed = [o for o in ordered if not isinstance(o, (Failed, Slept))]
         written: dict[int, str] = {}
         if completed:
             written = ops.complete_statuses(
@@ -193,6 +205,7 @@ def _write_rows(
             )
             if status is not None:
                 written[job.id] = status
+        written.update(_write_sleeps(ops, ordered, worker_id, now, skip_locked=skip_locked))
         ended: list[Ended] = []
         continued: list[int] = []
         for outcome in ordered:
@@ -200,7 +213,7 @@ def _write_rows(
             status = written.get(job.id)
             if status is None:
                 continue
-            then = None if isinstance(outcome, Failed) else outcome.then
+            then = None if isinstance(outcome, (Failed, Slept)) else outcome.then
             goes_on = then is not None and status == statuses.COMPLETED
             if then is not None and goes_on:
                 continued.append(workflows.continue_chain(alias, job, then))
@@ -209,3 +222,30 @@ def _write_rows(
                 ended.append(Ended(job.id, chain, status, chain_ended=not goes_on))
         released = workflows.resolve(alias, ended, now=now) if ended else []
     return Written(written, continued, released)
+
+
+def _write_sleeps(
+    ops: QueueOps,
+    ordered: Sequence[Outcome],
+    worker_id: str,
+    now: datetime | None,
+    *,
+    skip_locked: bool,
+) -> dict[int, str]:
+    """The durable sleeps and waits of :func:`_write_rows`: each job's new status."""
+    written: dict[int, str] = {}
+    for slept in ordered:
+        if not isinstance(slept, Slept):
+            continue
+        status = ops.suspend(
+            job_id=slept.job.id,
+            attempt=slept.job.attempts,
+            worker_id=worker_id,
+            until=slept.until,
+            wait_key=slept.wait_key,
+            now=now,
+            skip_locked=skip_locked,
+        )
+        if status is not None:
+            written[slept.job.id] = status
+    return written

@@ -76,6 +76,9 @@ class PruneResult:
     complete: bool = True
     seconds: float = 0.0
     free_pages: int | None = None
+    #: The recorded steps of deleted jobs, and the events past ``EVENT_RETENTION``, deleted.
+    steps: int = 0
+    events: int = 0
 
     @property
     def total(self) -> int:
@@ -128,7 +131,9 @@ def prune(
                 result.deleted[status] = 0
                 run = _Batches(alias, holder, queues, batch_size, now, stop)
                 run.prune(status, seconds, result)
-        if result.total:
+        if result.complete:
+            _prune_steps_and_events(alias, result, now, stop)
+        if result.total or result.steps or result.events:
             result.free_pages = _reclaim(alias, stop)
         result.seconds = time.monotonic() - started
         _record(alias, holder, result, now)
@@ -182,6 +187,29 @@ class _Batches:
             if _rest(self.stop, max(MIN_PAUSE, held)):
                 result.complete = False
                 return
+
+
+def _prune_steps_and_events(
+    alias: str, result: PruneResult, now: datetime | None, stop: threading.Event | None
+) -> None:
+    """Delete the recorded steps of jobs that are gone (this pass's, an operator's), and the
+    events emitted more than ``SQLQ["EVENT_RETENTION"]`` seconds ago; in short batches."""
+    from django_sqlq.conf import get_settings
+
+    ops = ops_for(alias)
+    while True:
+        with transaction.atomic(using=alias):
+            deleted = ops.prune_orphan_steps(limit=BATCH_SIZE)
+        result.steps += deleted
+        if deleted < BATCH_SIZE or _rest(stop, MIN_PAUSE):
+            break
+    retention = get_settings().EVENT_RETENTION
+    while retention is not None:
+        with transaction.atomic(using=alias):
+            deleted = ops.prune_events(keep_seconds=retention, limit=BATCH_SIZE, now=now)
+        result.events += deleted
+        if deleted < BATCH_SIZE or _rest(stop, MIN_PAUSE):
+            break
 
 
 def _reclaim(alias: str, stop: threading.Event | None) -> int | None:

@@ -146,6 +146,89 @@ class OutcomeOps(Dialect):
             row = cursor.fetchone()
         return None if row is None else str(row[0])
 
+    def suspend(
+        self,
+        *,
+        job_id: int,
+        attempt: int,
+        worker_id: str,
+        until: datetime,
+        wait_key: str | None = None,
+        now: datetime | None = None,
+        skip_locked: bool = False,
+    ) -> str | None:
+        """Record an attempt that ended in a durable sleep or wait (``context.sleep()``,
+        ``wait_for_event()``): ``scheduled`` until ``until``, the attempt not counted
+        (``attempts`` back by one), no error; ``cancelled`` when a cancel was requested while
+        it ran. ``wait_key``: then ``pending`` at once if that event was emitted meanwhile
+        (read after this row is locked: an emit that committed before is seen here, one
+        that commits after finds the row scheduled and wakes it). Returns the new status,
+        or None if this worker no longer held the job (fenced)."""
+        now_sql = self.now_sql()
+        where = (
+            "id = %(job_id)s AND status = 'processing' AND locked_by = %(worker_id)s "
+            "AND attempts = %(attempt)s"
+        )
+        if skip_locked:
+            where = self.in_id_order(where, skip_locked=True)
+        cancelled = "cancel_requested_at IS NOT NULL"
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE 'scheduled' END, "
+            f"scheduled_at = CASE WHEN {cancelled} THEN scheduled_at ELSE %(until)s END, "
+            f"completed_at = CASE WHEN {cancelled} THEN {now_sql} ELSE NULL END, "
+            f"attempts = CASE WHEN {cancelled} THEN attempts ELSE attempts - 1 END, "
+            f"locked_by = CASE WHEN {cancelled} THEN locked_by ELSE '' END, "
+            f"lease_expires_at = NULL, updated_at = {now_sql} "
+            f"WHERE {where} RETURNING status"
+        )
+        params = {
+            "now": self.clock(now),
+            "until": self.clock(until),
+            "job_id": job_id,
+            "worker_id": worker_id,
+            "attempt": attempt,
+        }
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            status = str(row[0])
+            if wait_key is not None and status == "scheduled":
+                cursor.execute(
+                    f"UPDATE {self.table} SET status = 'pending', scheduled_at = {now_sql}, "
+                    f"updated_at = {now_sql} WHERE id = %(job_id)s AND status = 'scheduled' "
+                    "AND EXISTS (SELECT 1 FROM sqlq_event WHERE key = %(key)s) RETURNING status",
+                    {"now": self.clock(now), "job_id": job_id, "key": wait_key},
+                )
+                if cursor.fetchone() is not None:
+                    status = "pending"
+        return status
+
+    def wake_waiters(self, key: str, *, now: datetime | None = None) -> list[str]:
+        """Wake the jobs waiting for event ``key`` (an emit just wrote it): each asleep
+        (``scheduled``) is ``pending`` at once. The one running right now is touched too,
+        so that on PostgreSQL this waits for the transaction that is putting it to sleep,
+        then finds it scheduled (see :meth:`suspend`). Returns the woken jobs' queues."""
+        now_sql = self.now_sql()
+        asleep = "status = 'scheduled'"
+        sql = (
+            f"UPDATE {self.table} SET "
+            f"status = CASE WHEN {asleep} THEN 'pending' ELSE status END, "
+            f"scheduled_at = CASE WHEN {asleep} THEN {now_sql} ELSE scheduled_at END, "
+            f"updated_at = {now_sql} "
+            "WHERE "
+            + self.in_id_order(
+                "id IN (SELECT job_id FROM sqlq_job_step WHERE wait_key = %(key)s "
+                "AND state = 'waiting') AND status IN ('scheduled', 'processing')"
+            )
+            + " RETURNING queue, status"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"now": self.clock(now), "key": key})
+            return [str(queue) for queue, status in cursor.fetchall() if status == "pending"]
+
     def release(
         self, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None
     ) -> int:

@@ -130,6 +130,32 @@ class UpkeepOps(Dialect):
             cursor.execute(sql, params)
             return int(cursor.rowcount)
 
+    def prune_orphan_steps(self, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` recorded steps whose job is gone (pruned, deleted by an
+        operator). Returns how many."""
+        sql = (
+            "DELETE FROM sqlq_job_step WHERE id IN (SELECT s.id FROM sqlq_job_step s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.table} j WHERE j.id = s.job_id) "
+            "LIMIT %(limit)s)"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"limit": limit})
+            return int(cursor.rowcount)
+
+    def prune_events(
+        self, *, keep_seconds: float, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        """Delete up to ``limit`` of the events emitted more than ``keep_seconds`` ago."""
+        sql = (
+            "DELETE FROM sqlq_event WHERE id IN (SELECT id FROM sqlq_event "
+            f"WHERE emitted_at < {self.later_sql('back')} ORDER BY emitted_at "
+            "LIMIT %(limit)s)"
+        )
+        params = {"now": self.clock(now), "back": -float(keep_seconds), "limit": limit}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
     def prunable(
         self,
         *,

@@ -23,14 +23,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import DatabaseError
+from django.utils import timezone
 
 from django_sqlq import lifecycle, outcomes, registry
 from django_sqlq.control import JobControl
 from django_sqlq.db.columns import ClaimedJob
-from django_sqlq.exceptions import JobInterruptedError
+from django_sqlq.exceptions import JobInterruptedError, Suspended
 from django_sqlq.jobcontext import call_hook, job_context
 from django_sqlq.logs import extra_for
 from django_sqlq.models import JobStatus
@@ -69,7 +71,15 @@ class Fault(NamedTuple):
     control: JobControl | None = None
 
 
-Item = Done | Fault
+class Pause(NamedTuple):
+    """An attempt that ended in a durable sleep or wait, not yet written."""
+
+    job: ClaimedJob
+    until: datetime
+    wait_key: str | None = None
+
+
+Item = Done | Fault | Pause
 
 
 class Completer:
@@ -120,6 +130,14 @@ class Completer:
                 self.since = time.monotonic()
             self.pending.append(fault)
 
+    def suspended(self, job: ClaimedJob, suspended: Suspended) -> None:
+        """Buffer an attempt that ended in ``context.sleep()`` or ``wait_for_event()``."""
+        pause = Pause(job, suspended.until, suspended.wait_key)
+        with self.lock:
+            if not self.pending:
+                self.since = time.monotonic()
+            self.pending.append(pause)
+
     def flush(self, *, force: bool = False, idle: bool = False) -> None:
         """Write the buffered outcomes if it is time; ``idle``: nothing is running."""
         with self.lock:
@@ -159,6 +177,8 @@ class Completer:
                 log_lost(job)
             elif isinstance(item, Fault):
                 self._failed(item, status)
+            elif isinstance(item, Pause):
+                self._paused(item, status)
             elif status == JobStatus.COMPLETED and not log and item.handler.on_finish is None:
                 completed[job.queue] = completed.get(job.queue, 0) + 1  # the usual case
             else:
@@ -172,6 +192,8 @@ class Completer:
             [
                 item
                 if isinstance(item, Done)
+                else outcomes.Slept(item.job, item.until, item.wait_key)
+                if isinstance(item, Pause)
                 else outcomes.Failed(item.job, item.error, item.retry_in, item.cancel)
                 for item in batch
             ],
@@ -324,6 +346,14 @@ class Completer:
                 item.result,
             )
 
+    def _paused(self, item: Pause, status: str) -> None:
+        """Count and log one written sleep or wait; wake the stager when it is due."""
+        if status == JobStatus.CANCELLED:  # cancelled while it ran
+            self.counts.cancelled += 1
+        elif status == JobStatus.SCHEDULED:
+            self.retry_scheduled(max(0.0, (item.until - timezone.now()).total_seconds()))
+        log_pause(item, status)
+
     def _failed(self, item: Fault, status: str) -> None:
         """Count and log one written failure (retried, failed for good or cancelled); call
         its hook."""
@@ -341,6 +371,29 @@ class Completer:
         if item.handler is not None and item.handler.on_finish is not None:
             context = job_context(job, self.worker_id, self.database, item.control)
             call_hook(self.worker_id, item.handler.on_finish, context, status, item.error)
+
+
+def log_pause(item: Pause, status: str) -> None:
+    """Log a written durable sleep or wait (INFO, on the jobs' logger)."""
+    if job_logger.isEnabledFor(logging.INFO):
+        job = item.job
+        if status == JobStatus.CANCELLED:
+            job_logger.info(
+                "Job id=%s type=%s was cancelled while it ran: recorded cancelled, not asleep",
+                job.id,
+                job.type,
+                extra=extra_for(job),
+            )
+            return
+        what = "sleeps" if item.wait_key is None else f"waits for event {item.wait_key!r}"
+        job_logger.info(
+            "Job id=%s type=%s %s until %s",
+            job.id,
+            job.type,
+            what,
+            item.until.isoformat(),
+            extra=extra_for(job),
+        )
 
 
 def log_failure(item: Fault, status: str) -> None:

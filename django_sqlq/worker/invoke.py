@@ -35,6 +35,7 @@ from django_sqlq.exceptions import (
     JobTimeoutError,
     LeaseLostError,
     PayloadError,
+    Suspended,
     TransactionLeftOpenError,
     is_not_retried,
 )
@@ -328,7 +329,8 @@ def run_handler(
     """Run the handler. Returns ("completed", result), or ("failed", ErrorInfo) for an
     attempt that may be retried, or ("failed_for_good", ErrorInfo) for one that may not.
     An atomic handler's: ("committed", (result, status)) once its completion committed
-    with its writes, or ("lost", ErrorInfo) when the fence refused it (rolled back)."""
+    with its writes, or ("lost", ErrorInfo) when the fence refused it (rolled back).
+    ("suspended", Suspended): the handler slept or waits for an event (durable steps)."""
     context_before = contextvars.copy_context()
     try:
         payload = decode_json(job.payload)
@@ -351,6 +353,9 @@ def run_handler(
             return "committed", committed
         result = invoke(handler.func, args, timeout, is_async=handler.is_async, control=control)
         check_connections()
+    except Suspended as exc:  # context.sleep(), wait_for_event(): the attempt ends uncounted
+        tidy_connections()
+        return "suspended", exc
     except LeaseLostError as exc:
         tidy_connections()
         return "lost", lifecycle.ErrorInfo.from_exception(exc)

@@ -22,7 +22,7 @@ from django.db import DatabaseError, connections
 from django_sqlq import lifecycle, registry, tracing
 from django_sqlq.control import JobControl
 from django_sqlq.db.columns import ClaimedJob
-from django_sqlq.exceptions import JobCancelled
+from django_sqlq.exceptions import JobCancelled, Suspended
 from django_sqlq.jobcontext import call_hook, job_context
 from django_sqlq.logs import extra_for
 from django_sqlq.worker.completer import FLUSH_BATCH, Completer, Done
@@ -187,7 +187,7 @@ class RunnerPool:
             return
         with tracing.processing(tracer, job) as span:
             outcome, value = self._process_untraced(job)
-            if outcome != "completed":
+            if outcome not in ("completed", "suspended"):
                 tracing.failed(span, getattr(value, "exception", None), _describe(value))
 
     def _process_untraced(self, job: ClaimedJob) -> tuple[str, Any]:
@@ -255,10 +255,14 @@ class RunnerPool:
         handler: registry.Handler | None,
         control: JobControl,
         outcome: str,
-        value: lifecycle.ErrorInfo,
+        value: lifecycle.ErrorInfo | Suspended,
     ) -> tuple[str, Any]:
         """Hand a failed attempt (retried, failed or cancelled) to the completer, which
-        writes it and calls its hook."""
+        writes it and calls its hook; or one that ended in a durable sleep or wait
+        ("suspended"), which is not a failure."""
+        if isinstance(value, Suspended):
+            self.completer.suspended(job, value)
+            return outcome, value
         # Whether attempts are left is the policy's to say; an outcome other than a plain
         # failure (a result that cannot be stored) is not retried.
         retry = outcome == "failed"

@@ -90,6 +90,7 @@ from tests.testapp import (  # noqa: E402, F401
     atomic_jobs,
     contention_jobs,
     fault_jobs,
+    step_jobs,
     workflow_jobs,
 )
 
