@@ -40,7 +40,7 @@ def items(tag: str) -> list[str]:
 @pytest.mark.parametrize("crash", ["in-charge", "between"])
 def test_a_worker_killed_inside_or_between_steps_leaves_each_step_done_once(
     crash: str, tmp_path: Path, spawn_worker: Callable[..., WorkerProcess]
-):
+) -> None:
     log = tmp_path / "attempts"
     job = enqueue(
         "steps.flow",
@@ -65,7 +65,7 @@ def test_a_worker_killed_inside_or_between_steps_leaves_each_step_done_once(
 
 def test_a_sleep_survives_a_worker_restart_and_the_first_of_two_racing_emits_wins(
     spawn_worker: Callable[..., WorkerProcess],
-):
+) -> None:
     job = enqueue("steps.flow", {"tag": "r", "sleep": 2, "key": "race", "timeout": 600})
     first = spawn_worker()
     first.wait_ready()
@@ -110,7 +110,7 @@ def test_a_sleep_survives_a_worker_restart_and_the_first_of_two_racing_emits_win
 
 def test_thousands_of_sleeping_jobs_hold_no_worker_and_a_plain_job_still_runs(
     spawn_worker: Callable[..., WorkerProcess],
-):
+) -> None:
     sleepers = bulk_enqueue("steps.nap", [{"seconds": 3 * 86400}] * 1000)
     spawn_worker()
     wait_for(
