@@ -21,8 +21,8 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_sqlq import dashboard, tracing
-from django_sqlq.admin import chains
-from django_sqlq.admin.actions import PAGE_ACTIONS
+from django_sqlq.admin import chains, job_steps
+from django_sqlq.admin.actions import PAGE_ACTIONS, RUN_NOW
 from django_sqlq.admin.display import (
     admin_links,
     local_datetime,
@@ -32,7 +32,7 @@ from django_sqlq.admin.display import (
     status_badge,
 )
 from django_sqlq.admin.job_notes import status_note
-from django_sqlq.models import Job, JobStatus, WorkerProcess
+from django_sqlq.models import Job, JobStatus, StepKind, WorkerProcess
 
 if TYPE_CHECKING:
     JobModelAdmin = admin.ModelAdmin[Job]
@@ -249,21 +249,38 @@ class JobPageAdmin(JobModelAdmin):
         obj = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if obj is not None and self.has_view_permission(request, obj):
-            context.update(self._summary_context(request, obj))
+            # The job's durable steps: one query, for the live box and the steps section.
+            steps, more = job_steps.read_steps(queue_alias(), obj.pk)
+            asleep = job_steps.asleep_in(obj, steps)
+            context.update(self._summary_context(request, obj, asleep=asleep))
+            context.update(
+                job_steps.steps_context(self, request, obj, steps, more=more, asleep=asleep)
+            )
             context["title"] = gettext("Job #%(id)s: %(type)s") % {"id": obj.pk, "type": obj.type}
             context["subtitle"] = None
             context["show_delete"] = obj.status != JobStatus.PROCESSING
         return super().change_view(request, object_id, form_url, context)
 
-    def _summary_context(self, request: HttpRequest, job: Job) -> dict[str, Any]:
+    def _summary_context(
+        self, request: HttpRequest, job: Job, *, asleep: Any = job_steps.UNREAD
+    ) -> dict[str, Any]:
+        """The live box. ``asleep``: the durable step the job sleeps or waits in (None:
+        none), if the caller read the job's steps; else read here, for a scheduled job."""
         now = timezone.now()
+        if asleep is job_steps.UNREAD:
+            asleep = job_steps.read_asleep(queue_alias(), job)
+        # Asleep in a durable sleep or wait, Run now would only put it back to sleep: its
+        # step says when it wakes. Wake now ends a sleep; the steps section emits an event.
+        actions = [a for a in PAGE_ACTIONS if asleep is None or a is not RUN_NOW]
+        if asleep is not None and asleep.kind == StepKind.SLEEP:
+            actions.append(job_steps.WAKE)
         buttons = [
             {
                 "label": action.label,
                 "css": action.css,
                 "url": self._url(f"{action.name.replace('-', '_')}", job.pk),
             }
-            for action in PAGE_ACTIONS
+            for action in actions
             if action.applies(job.status, job.scheduled_at, now) and action.allowed(self, request)
         ]
         delete_url = None
@@ -274,7 +291,9 @@ class JobPageAdmin(JobModelAdmin):
             "sqlq_status": status_badge(job.status),
             "sqlq_buttons": buttons,
             "sqlq_delete_url": delete_url,
-            "sqlq_note": status_note(job, now),
+            "sqlq_note": job_steps.asleep_note(asleep, now)
+            if asleep is not None
+            else status_note(job, now),
             "sqlq_live": not job.is_finished,
             "sqlq_summary_url": self._url("summary", job.pk),
             "sqlq_interval": JOB_PAGE_SECONDS,

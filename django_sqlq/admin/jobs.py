@@ -54,6 +54,7 @@ from django_sqlq.admin.display import (
 )
 from django_sqlq.admin.filters import QueueFilter, TypeFilter, WhenFilter
 from django_sqlq.admin.job_page import JobPageAdmin
+from django_sqlq.admin.job_steps import JobStepsViews
 from django_sqlq.admin.pagination import BoundedCountPaginator, JobChangeList
 from django_sqlq.lifecycle import WAITING
 from django_sqlq.models import Job, JobStatus
@@ -62,9 +63,9 @@ from django_sqlq.models import Job, JobStatus
 BIGINT_MAX = 2**63 - 1
 
 
-class JobAdmin(ChainViews, JobPageAdmin):
+class JobAdmin(ChainViews, JobStepsViews, JobPageAdmin):
     """What the all-jobs and the failed-jobs lists share: columns, job page, chain page,
-    actions."""
+    actions (and the job page's actions on durable steps: wake, emit an event)."""
 
     list_display = (
         "id", "type_display", "queue", "status_and_progress", "priority",

@@ -12,6 +12,7 @@ from django_sqlq.dashboard.charts import Chart, ChartBar, chart
 from django_sqlq.dashboard.durations import format_age
 from django_sqlq.dashboard.queries import (
     RUNNING_ROWS,
+    asleep_counts,
     bounded_count,
     clear_cache,
     queue_rows,
@@ -56,6 +57,7 @@ __all__ = [
     "Throughput",
     "WorkerRow",
     "alerts",
+    "asleep_counts",
     "bounded_count",
     "chart",
     "clear_cache",

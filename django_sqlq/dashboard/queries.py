@@ -10,7 +10,9 @@ of millions of finished rows:
   there per thing a blocked job still waits for), then by primary key;
 - throughput reads the rows that finished in the last day (``completed_at``);
 - choices for the admin's filters read a fixed number of the newest rows (the primary key);
-- retention reads the settings and one row of the maintenance table (the last prune).
+- retention reads the settings and one row of the maintenance table (the last prune);
+- the jobs asleep in durable steps are found from the steps' table (``sqlq_job_step``, far
+  smaller than the jobs'), each job by primary key.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.utils import timezone
 
 from django_sqlq.conf import get_settings
@@ -41,7 +43,7 @@ from django_sqlq.dashboard.rows import (
     WorkerRow,
 )
 from django_sqlq.db import stats
-from django_sqlq.models import Job, JobBlocker, JobStatus, WorkerProcess
+from django_sqlq.models import Job, JobBlocker, JobStatus, JobStep, StepState, WorkerProcess
 from django_sqlq.retention import last_prune
 
 
@@ -156,10 +158,26 @@ def worker_rows(alias: str, now: datetime) -> list[WorkerRow]:
     return rows
 
 
+def asleep_counts(alias: str) -> dict[str, int]:
+    """The jobs asleep in a durable sleep (``sleeping``) and waiting for an event
+    (``waiting``): scheduled jobs with a step in that state. One query, driven from the
+    steps' table (its sleeping and waiting rows), each one's job read by primary key."""
+    live = Job.objects.using(alias).filter(pk=OuterRef("job_id"), status=JobStatus.SCHEDULED)
+    rows = (
+        JobStep.objects.using(alias)
+        .filter(Exists(live), state__in=[StepState.SLEEPING, StepState.WAITING])
+        .values("state")
+        .annotate(n=Count("job_id", distinct=True))
+        .order_by()
+    )
+    return {str(row["state"]): int(row["n"]) for row in rows}
+
+
 def snapshot(
     alias: str, *, configured: Sequence[str] = (), now: datetime | None = None
 ) -> Snapshot:
-    """The dashboard's live part: queues, workers and alerts. Seven small queries."""
+    """The dashboard's live part: queues, workers, alerts and the jobs asleep in durable
+    steps. Eight small queries."""
     now = now or timezone.now()
     workers = worker_rows(alias, now)
     queues = queue_rows(alias, now, configured=configured, workers=workers)
@@ -174,7 +192,13 @@ def snapshot(
         expired_leases=expired,
         newest_failure_at=newest_failure,
     )
-    return replace(snap, alerts=alerts(snap))
+    asleep = asleep_counts(alias)
+    return replace(
+        snap,
+        alerts=alerts(snap),
+        sleeping=asleep.get(StepState.SLEEPING, 0),
+        waiting_for_event=asleep.get(StepState.WAITING, 0),
+    )
 
 
 #: Running jobs the dashboard lists (with their progress), oldest lease first.

@@ -109,6 +109,10 @@ class Snapshot:
     expired_leases: int
     newest_failure_at: datetime | None
     alerts: list[Alert] = field(default_factory=list)
+    # Jobs asleep in a durable sleep, and waiting for an event (context.sleep(),
+    # wait_for_event()): scheduled, so also counted in the queues' "scheduled later".
+    sleeping: int = 0
+    waiting_for_event: int = 0
 
     @property
     def live_workers(self) -> list[WorkerRow]:
