@@ -96,6 +96,11 @@ SQLQ = {
     "KEEP_FINISHED": {"completed": 86400, "failed": 30 * 86400, "cancelled": 7 * 86400},
 }
 
+# The example has no payment provider: a job of the sandbox confirms each order's payment, as
+# the provider's webhook (POST /payments/webhook/) would (shop/payments.py). A real shop has
+# its provider call the webhook and leaves this off.
+SHOP_PAYMENT_SANDBOX = True
+
 # Show what the worker does on the console.
 LOGGING = {
     "version": 1,

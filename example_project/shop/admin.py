@@ -22,6 +22,7 @@ class OrderAdmin(admin.ModelAdmin):
         "paid_at",
         "shipped_at",
         "receipt_sent_at",
+        "cancelled_at",
     ]
     list_filter = [
         ("confirmation_sent_at", admin.EmptyFieldListFilter),

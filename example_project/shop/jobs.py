@@ -6,8 +6,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_sqlq import handler
+from django_sqlq import EventTimeout, handler
 from django_sqlq.jobcontext import JobContext
+from shop import payments
 from shop.models import Order, PackedItem
 
 logger = logging.getLogger(__name__)
@@ -35,8 +36,9 @@ def send_order_confirmation(payload: dict[str, Any]) -> dict[str, Any]:
 
 @handler("shop.mark_order_paid", atomic=True)
 def mark_order_paid(payload: dict[str, Any]) -> dict[str, Any]:
-    """Record the order's payment (a payment provider's webhook would enqueue this job; the
-    shop's own orders are charged by shop.charge_order, which is atomic in the same way).
+    """Record the order's payment, by hand (an operator enqueues it for an order paid some
+    other way: a bank transfer the provider never saw). The shop's own orders are marked
+    paid by shop.charge_order, once the provider confirmed their payment.
 
     ``atomic=True``: the worker runs this handler inside a transaction on the queue's
     database, and writes the job's completion in that same transaction. ``paid_at`` and the
@@ -55,9 +57,11 @@ def mark_order_paid(payload: dict[str, Any]) -> dict[str, Any]:
 
 # -- An order's fulfilment (shop/orders.py starts it): one shop.pack_item job per unit, run in
 # parallel; once all of them have completed, the chain shop.charge_order -> shop.ship_order ->
-# shop.email_receipt, one step after the other. Each step is idempotent (delivery is at least
-# once) and continues the chain even when it finds its work done: a step whose completion
-# was lost runs again, and its next step is written with this completion, never twice.
+# shop.email_receipt, one step after the other. The charge waits for the payment provider's
+# confirmation (durable steps; see shop/payments.py). Each step is idempotent (delivery is at
+# least once) and continues the chain even when it finds its work done: a step whose
+# completion was lost runs again, and its next step is written with this completion, never
+# twice.
 
 
 @handler("shop.pack_item")
@@ -72,28 +76,71 @@ def pack_item(payload: dict[str, Any]) -> dict[str, Any]:
     return {"order_id": item.order_id, "unit": item.unit}
 
 
-@handler("shop.charge_order", atomic=True, takes_context=True)
+@handler("shop.charge_order", takes_context=True)
 def charge_order(payload: dict[str, Any], context: JobContext) -> dict[str, Any]:
-    """Charge the order, then continue its chain with shop.ship_order.
+    """Charge the order: ask the payment provider for the payment, wait for the provider to
+    confirm it (its webhook emits the order's event), mark the order paid, then continue its
+    chain with shop.ship_order. No confirmation within ``PAYMENT_TIMEOUT`` (3 days): cancel
+    the order instead, and end the chain.
 
     Enqueued by ``packing.then("shop.charge_order", ...)``: it is ``blocked`` until every
-    shop.pack_item job of the order has completed. ``atomic=True``: ``paid_at``, this job's
-    completion and the chain's next step (``context.continue_with()``) commit together, or
-    none of them does.
+    shop.pack_item job of the order has completed. Its work is in durable steps: the wait
+    ends the attempt (uncounted; the job is ``scheduled`` and holds no worker for those
+    days), and when the event wakes it the handler runs again from the top: the steps it
+    took already return what they recorded instead of running again (the provider is asked
+    once). Steps cannot run in an atomic handler's transaction: this handler is not atomic;
+    each step's writes commit with its record.
     """
-    order = Order.objects.select_for_update().get(pk=payload["order_id"])
+    order_id = payload["order_id"]
+    context.step("request-payment", payments.request_payment, order_id)
+    try:
+        confirmation = context.wait_for_event(
+            "payment-confirmed",
+            payments.payment_confirmed(order_id),
+            timeout=payments.PAYMENT_TIMEOUT,
+        )
+    except EventTimeout:
+        # Recorded: a later attempt of this job gets here again, never to the shipping,
+        # even if a confirmation comes after the timeout.
+        context.step("cancel", cancel_unpaid_order, order_id)
+        return {"order_id": order_id, "cancelled": "no payment confirmed in time"}
+    paid_at = context.step("mark-paid", mark_paid, order_id)
+    context.continue_with("shop.ship_order", {"order_id": order_id})
+    return {
+        "order_id": order_id,
+        "payment": confirmation["reference"],
+        "paid_at": paid_at,
+        "units_packed": PackedItem.objects.filter(order_id=order_id).count(),
+    }
+
+
+def mark_paid(order_id: int) -> str:
+    """A step of shop.charge_order: set ``paid_at`` (once: it commits with the step)."""
+    order = Order.objects.select_for_update().get(pk=order_id)
     if order.paid_at is None:
-        # A real shop would capture the payment here, with the job's id as the provider's
-        # idempotency key (context.job_id).
         order.paid_at = timezone.now()
         order.save(update_fields=["paid_at"])
-        logger.info("Order #%s charged", order.pk)
-    context.continue_with("shop.ship_order", {"order_id": order.pk})
-    return {
-        "order_id": order.pk,
-        "paid_at": order.paid_at.isoformat(),
-        "units_packed": order.packed_items.count(),
-    }
+        logger.info("Order #%s paid", order.pk)
+    return order.paid_at.isoformat()
+
+
+def cancel_unpaid_order(order_id: int) -> str:
+    """A step of shop.charge_order: cancel an order whose payment never came. (A real shop
+    would also put the stock back, and tell the customer.)"""
+    order = Order.objects.select_for_update().get(pk=order_id)
+    if order.cancelled_at is None:
+        order.cancelled_at = timezone.now()
+        order.save(update_fields=["cancelled_at"])
+        logger.info("Order #%s cancelled: no payment confirmed in time", order.pk)
+    return order.cancelled_at.isoformat()
+
+
+@handler("shop.sandbox_payment_provider")
+def sandbox_payment_provider(payload: dict[str, Any]) -> dict[str, Any]:
+    """The example's stand-in for a payment provider (``settings.SHOP_PAYMENT_SANDBOX``):
+    confirms the payment as the provider's webhook would (shop/payments.py)."""
+    first = payments.confirm_payment(payload["order_id"], payload["reference"])
+    return {"order_id": payload["order_id"], "confirmed": True, "first": first}
 
 
 @handler("shop.ship_order", takes_context=True)

@@ -12,7 +12,10 @@ class Order(models.Model):
     paid_at = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="Set by the shop.charge_order job (or shop.mark_order_paid); both atomic.",
+        help_text=(
+            "Set by the shop.charge_order job once the payment provider confirmed the payment "
+            "(or by shop.mark_order_paid)."
+        ),
     )
     shipped_at = models.DateTimeField(
         null=True, blank=True, help_text="Set by the shop.ship_order job (the chain's 2nd step)."
@@ -21,6 +24,11 @@ class Order(models.Model):
         null=True,
         blank=True,
         help_text="Set by the shop.email_receipt job (the chain's last step).",
+    )
+    cancelled_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Set by shop.charge_order when no payment was confirmed in time.",
     )
 
     class Meta:

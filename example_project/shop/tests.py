@@ -4,19 +4,33 @@ django_sqlq.testing, in plain TestCases (no worker process, no real commits).
     python example_project/manage.py test shop
 """
 
+from datetime import timedelta
 from io import StringIO
 from unittest import mock
 
 from django.core.management import call_command
-from django.test import TestCase
+from django.test import TestCase, override_settings
+from django.utils import timezone
 
 from django_sqlq import Chain, enqueue
 from django_sqlq.models import Job
 from django_sqlq.testing import assert_enqueued, inline, refute_enqueued, run_job, run_jobs
 from shop.models import Order, PackedItem
 from shop.orders import place_order
+from shop.payments import PAYMENT_TIMEOUT
 
 ORDER = {"customer_email": "ada@example.com", "item": "Teapot", "quantity": 2}
+
+
+def run_all() -> tuple[int, int]:
+    """Run jobs until none is left to run: (completed, failed). The charge waits for its
+    payment's confirmation (an attempt that ends uncounted); a run_jobs() call does not run
+    again a job that went to sleep in it, even once the event has woken it: the next call
+    does."""
+    completed = failed = 0
+    while (outcome := run_jobs()).ran:
+        completed, failed = completed + outcome.completed, failed + outcome.failed
+    return completed, failed
 
 
 class OrderFormTests(TestCase):
@@ -34,9 +48,9 @@ class OrderFormTests(TestCase):
 
     def test_the_worker_sends_the_confirmation(self):
         self.client.post("/", ORDER)
-        outcome = run_jobs()
-        # The confirmation, two units packed, then charge -> ship -> receipt.
-        self.assertEqual((outcome.completed, outcome.failed), (6, 0))
+        # The confirmation, two units packed, then charge -> ship -> receipt (and the
+        # payment sandbox's confirmation, which the charge waits for).
+        self.assertEqual(run_all(), (7, 0))
         order = Order.objects.get()
         self.assertIsNotNone(order.confirmation_sent_at)
         self.assertIsNotNone(order.receipt_sent_at)
@@ -86,8 +100,8 @@ class FulfilmentTests(TestCase):
         assert_enqueued("shop.pack_item", payload={"order_id": order.pk}, count=3)
         self.assertEqual(self.charge_job(order).status, "blocked")
 
-        outcome = run_jobs()
-        self.assertEqual((outcome.completed, outcome.failed), (1 + 3 + 3, 0))
+        # The confirmation, 3 units, the payment sandbox's confirmation, then the chain.
+        self.assertEqual(run_all(), (1 + 3 + 1 + 3, 0))
         order.refresh_from_db()
         self.assertEqual(sorted(order.packed_items.values_list("unit", flat=True)), [1, 2, 3])
         self.assertLessEqual(order.paid_at, order.shipped_at)
@@ -135,8 +149,9 @@ class FulfilmentTests(TestCase):
 
     def test_a_step_that_runs_again_changes_nothing_and_continues_once(self):
         order = self.place(quantity=1)
-        run_jobs()
+        run_all()
         shipped_at = Order.objects.get().shipped_at
+        self.assertIsNotNone(shipped_at)
         # Delivery is at least once: the step runs again (here, enqueued by hand).
         again = enqueue("shop.ship_order", {"order_id": order.pk})
         run_jobs()
@@ -145,6 +160,72 @@ class FulfilmentTests(TestCase):
         self.assertEqual(
             [s.type for s in Chain(again.pk).jobs()], ["shop.ship_order", "shop.email_receipt"]
         )
+
+
+@override_settings(SHOP_PAYMENT_SANDBOX=False)  # the test plays the payment provider
+class PaymentWebhookTests(TestCase):
+    """shop.charge_order asks for the payment (a durable step), then waits for the provider's
+    webhook to emit the order's "payment confirmed" event, or cancels the order after
+    PAYMENT_TIMEOUT."""
+
+    def setUp(self):
+        self.order = place_order(**{**ORDER, "quantity": 1})
+        self.charge = Job.objects.get(type="shop.charge_order")
+
+    def webhook(self, order_id: int, reference: str = "pay_1"):
+        return self.client.post(
+            "/payments/webhook/", {"order_id": order_id, "reference": reference}
+        )
+
+    def test_the_charge_waits_for_the_webhook_then_ships(self):
+        outcome = run_jobs()
+        self.assertEqual((outcome.completed, outcome.slept), (2, 1))  # confirmation, packing
+        self.charge.refresh_from_db()
+        # Asleep until the timeout, its attempt not counted; the order not paid yet.
+        self.assertEqual((self.charge.status, self.charge.attempts), ("scheduled", 0))
+        self.assertAlmostEqual(
+            self.charge.scheduled_at, timezone.now() + PAYMENT_TIMEOUT, delta=timedelta(minutes=1)
+        )
+        self.assertIsNone(Order.objects.get().paid_at)
+        self.assertEqual(run_jobs().ran, 0)  # nothing to do until the provider calls
+
+        response = self.webhook(self.order.pk)
+        self.assertEqual(
+            response.json(), {"order_id": self.order.pk, "confirmed": True, "first": True}
+        )
+        self.charge.refresh_from_db()
+        self.assertEqual(self.charge.status, "pending")  # woken at once
+        # The provider sends its webhook again: the first confirmation won.
+        self.assertFalse(self.webhook(self.order.pk, "pay_other").json()["first"])
+
+        self.assertEqual(run_all(), (3, 0))  # charge -> ship -> receipt
+        order = Order.objects.get()
+        self.assertIsNotNone(order.paid_at)
+        self.assertIsNotNone(order.receipt_sent_at)
+        self.assertIsNone(order.cancelled_at)
+        self.charge.refresh_from_db()
+        self.assertEqual((self.charge.attempts, self.charge.result["payment"]), (1, "pay_1"))
+
+    def test_an_order_without_payment_is_cancelled_after_the_timeout(self):
+        run_jobs()
+        # Three days later (run_jobs' clock): the wait times out, the order is cancelled.
+        outcome = run_jobs(now=timezone.now() + PAYMENT_TIMEOUT + timedelta(minutes=1))
+        self.assertEqual(outcome.completed, 1)
+        self.charge.refresh_from_db()
+        self.assertEqual(self.charge.status, "completed")
+        self.assertEqual(self.charge.result["cancelled"], "no payment confirmed in time")
+        order = Order.objects.get()
+        self.assertIsNotNone(order.cancelled_at)
+        self.assertIsNone(order.paid_at)
+        self.assertFalse(Job.objects.filter(type="shop.ship_order").exists())
+        # A confirmation that comes too late is refused, and ships nothing.
+        self.assertEqual(self.webhook(self.order.pk).status_code, 409)
+        self.assertEqual(run_all(), (0, 0))
+
+    def test_the_webhook_needs_an_order(self):
+        self.assertEqual(self.client.post("/payments/webhook/", {}).status_code, 400)
+        self.assertEqual(self.webhook(self.order.pk + 100).status_code, 404)
+        self.assertEqual(self.client.get("/payments/webhook/").status_code, 405)
 
 
 class ResendTests(TestCase):

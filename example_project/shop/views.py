@@ -1,13 +1,15 @@
 from django.contrib import messages
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from django_sqlq import enqueue
 from shop.forms import OrderForm
 from shop.models import Order
 from shop.orders import place_order
+from shop.payments import confirm_payment
 
 
 def order_form(request: HttpRequest) -> HttpResponse:
@@ -49,3 +51,25 @@ def resend_confirmation(request: HttpRequest, pk: int) -> HttpResponse:
             "no second one was added.",
         )
     return redirect("order_form")
+
+
+@csrf_exempt  # the provider's server posts here, with no CSRF token (its signature instead)
+@require_POST
+def payment_webhook(request: HttpRequest) -> HttpResponse:
+    """The payment provider's webhook: POST ``order_id`` and ``reference`` once it confirmed
+    the order's payment. It emits the order's "payment confirmed" event, which wakes its
+    shop.charge_order job at once. A real shop checks the provider's signature first.
+
+    Providers send a webhook again until they get a 2xx: the first confirmation wins
+    (``emit_event()`` returns False for the others), and a repeat changes nothing. An order
+    cancelled for want of payment gets 409: its charge no longer takes the event (a real shop
+    refunds the payment)."""
+    try:
+        order_id = int(request.POST["order_id"])
+    except (KeyError, ValueError):
+        return JsonResponse({"error": "order_id is required"}, status=400)
+    order = get_object_or_404(Order, pk=order_id)
+    if order.cancelled_at is not None:
+        return JsonResponse({"order_id": order.pk, "error": "order cancelled"}, status=409)
+    first = confirm_payment(order.pk, request.POST.get("reference", ""))
+    return JsonResponse({"order_id": order.pk, "confirmed": True, "first": first})

@@ -10,7 +10,7 @@ ITEMS = ["Rubber duck", "Teapot", "Notebook", "Bicycle bell", "Houseplant", "Kit
 class Command(BaseCommand):
     help = (
         "Create N sample orders as the order form does, each with its jobs: the confirmation, "
-        "one shop.pack_item per unit, then the chain shop.charge_order (atomic) -> "
+        "one shop.pack_item per unit, then the chain shop.charge_order (waits for the payment) -> "
         "shop.ship_order -> shop.email_receipt once every unit is packed."
     )
 
