@@ -123,8 +123,8 @@ def run_jobs(
         candidates = due(Job.objects.using(alias), None if with_scheduled else when)
         if queues is not None:
             candidates = candidates.filter(queue__in=queues)
-        if asleep:
-            candidates = candidates.exclude(id__in=asleep)
+        if asleep:  # until an event or an operator wakes one (pending)
+            candidates = candidates.exclude(id__in=asleep, status=JobStatus.SCHEDULED)
         job_id = candidates.values_list("id", flat=True).first()
         if job_id is None:
             break

@@ -37,12 +37,13 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from django_sqlq import statuses, workflows
 from django_sqlq.conf import get_settings
 from django_sqlq.db import ops_for
 from django_sqlq.db.base import DatabaseNow
-from django_sqlq.models import Job, JobStatus
+from django_sqlq.models import Job, JobStatus, JobStep, StepState
 
 logger = logging.getLogger("django_sqlq.worker")
 
@@ -323,10 +324,27 @@ def cancel_or_request(ids: Iterable[int], *, alias: str | None = None) -> Outcom
 
 
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
-    """A job scheduled for later becomes runnable now: pending, due now."""
+    """A job scheduled for later becomes runnable now: pending, due now. A job asleep in a
+    durable sleep (``context.sleep()``) has its sleep ended too: else it would only go back
+    to sleep. (One waiting for an event looks for its event again, and waits on.)"""
     ids = list(ids)
-    outcome = _apply(ids, WAITING, alias, status=JobStatus.PENDING, scheduled_at=DatabaseNow())
+    with transaction.atomic(using=alias or get_settings().DATABASE):
+        outcome = _apply(ids, WAITING, alias, status=JobStatus.PENDING, scheduled_at=DatabaseNow())
+        if outcome.changed:
+            end_sleeps(alias or get_settings().DATABASE, ids)
     return _wake(ids, alias, outcome)
+
+
+def end_sleeps(alias: str, ids: Iterable[int]) -> int:
+    """End the durable sleeps of those of ``ids`` that are pending (run now, woken by an
+    operator): the sleep's replay then sees it over. Returns how many."""
+    now = timezone.now()  # the clock the handler's replay reads (django_sqlq.steps)
+    pending = Job.objects.using(alias).filter(pk__in=list(ids), status=JobStatus.PENDING)
+    return (
+        JobStep.objects.using(alias)
+        .filter(job_id__in=pending.values("pk"), state=StepState.SLEEPING, wake_at__gt=now)
+        .update(wake_at=now, updated_at=DatabaseNow())
+    )
 
 
 def promote(alias: str, *, limit: int = 1000, now: datetime | None = None) -> int:

@@ -47,7 +47,14 @@ class Migration(migrations.Migration):
                 'verbose_name_plural': 'job steps',
                 'db_table': 'sqlq_job_step',
                 'ordering': ['job_id', 'id'],
-                'indexes': [models.Index(fields=['wait_key'], name='sqlq_job_step_wait_key_idx')],
+                'indexes': [
+                    models.Index(fields=['wait_key'], name='sqlq_job_step_wait_key_idx'),
+                    models.Index(
+                        condition=models.Q(('state__in', ['sleeping', 'waiting'])),
+                        fields=['state'],
+                        name='sqlq_job_step_asleep_idx',
+                    ),
+                ],
                 'constraints': [models.UniqueConstraint(fields=('job_id', 'name'), name='sqlq_job_step_unique')],
             },
         ),

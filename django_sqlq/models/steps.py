@@ -60,6 +60,13 @@ class JobStep(models.Model):
         indexes = [
             # emit_event(): the jobs that wait for a key.
             models.Index(fields=["wait_key"], name="sqlq_job_step_wait_key_idx"),
+            # The dashboard's count of the jobs asleep: the few steps not done, not the
+            # done ones, which stay until their jobs are pruned.
+            models.Index(
+                fields=["state"],
+                name="sqlq_job_step_asleep_idx",
+                condition=models.Q(state__in=["sleeping", "waiting"]),
+            ),
         ]
         constraints = [
             # Read back by (job, name) on every attempt; and the fence of a step's writes:

@@ -55,6 +55,7 @@ PAGES = [
     "howto/cancel-and-progress.md",
     "howto/chains.md",
     "howto/dependencies.md",
+    "howto/durable-steps.md",
     "howto/migrate-from-django-tasks-db.md",
     "howto/observability.md",
     "howto/production.md",
@@ -468,8 +469,10 @@ def test_sqlite_to_postgresql(project: Project) -> None:
         sql = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
     assert sorted(name for (name,) in project.rows(sql)) == [
         "django_migrations",
+        "sqlq_event",
         "sqlq_job",
         "sqlq_job_blocker",
+        "sqlq_job_step",
         "sqlq_maintenance",
         "sqlq_queue",
         "sqlq_schedule",
@@ -900,3 +903,29 @@ def test_migrate_from_django_tasks_db(project: Project) -> None:
     assert len(lines) == 2, out
     assert lines[0].startswith("result SUCCESSFUL sent to 7 ["), out
     assert lines[1] == "result SUCCESSFUL sent to 7 ['w1']", out
+
+
+def test_durable_steps(project: Project) -> None:
+    """The page's order: its job waits for the payment (scheduled, attempt not counted); the
+    page's webhook view emits the event; the next run pays, ships and sleeps 14 days; then
+    the page's tests (the rest of the story, and the timeout) pass."""
+    project.start("howto/durable-steps.md")  # the shell block enqueues the order's job
+    project.manage("sqlq_worker", "--burst")
+    assert project.rows("SELECT type, status, attempts FROM sqlq_job") == [
+        ("shop.fulfil_order", "scheduled", 0)
+    ]
+    out = project.shell(
+        "from django.test import RequestFactory\n"
+        "from shop.webhooks import payment_webhook\n"
+        "post = RequestFactory().post('/', {'order_id': 1, 'reference': 'pay_1'})\n"
+        "print(payment_webhook(post).content.decode())\n"
+        "print(payment_webhook(post).content.decode())\n"
+    )
+    assert out.split() == ['{"first":', "true}", '{"first":', "false}"]
+    assert project.rows("SELECT status FROM sqlq_job") == [("pending",)]  # woken at once
+    project.manage("sqlq_worker", "--burst")
+    assert project.rows("SELECT status, attempts FROM sqlq_job") == [("scheduled", 0)]
+    sql = "SELECT paid_at IS NOT NULL, shipped_at IS NOT NULL, payment_reference FROM shop_order"
+    assert project.rows(sql) == [(True, True, "pay_1")]
+    out = project.pytest()
+    assert re.search(r"\b2 passed\b", out), out

@@ -215,3 +215,23 @@ def test_pruning_deletes_the_steps_of_deleted_jobs_and_old_events():
     assert (result.steps, result.events) == (2, 1)
     assert set(JobStep.objects.values_list("job_id", flat=True)) == {kept.id}
     assert list(Event.objects.values_list("key", flat=True)) == ["new"]
+
+
+def test_run_now_ends_a_sleep_and_the_job_completes():
+    from django_sqlq import lifecycle
+
+    job = enqueue("steps.nap", {"seconds": 3600})
+    run_jobs()
+    assert lifecycle.run_now([job.id]).changed == 1
+    assert JobStep.objects.get(job_id=job.id).wake_at <= timezone.now()
+    assert run_jobs().completed == 1
+    job.refresh_from_db()
+    assert (job.status, job.result) == (JobStatus.COMPLETED, "rested")
+
+
+def test_one_run_jobs_call_runs_a_job_again_once_its_event_wakes_it():
+    job = enqueue("steps.flow", {"tag": "loop", "key": "emitted-by-a-job", "timeout": 60})
+    enqueue("steps.emit", {"key": "emitted-by-a-job", "payload": 7}, delay=0)
+    result = run_jobs()
+    job.refresh_from_db()
+    assert (result.slept, job.status, job_result(job)["paid"]) == (1, JobStatus.COMPLETED, 7)

@@ -86,3 +86,10 @@ def sleep_atomic(payload: Any, context: JobContext) -> None:  # noqa: ARG001
 def nap(payload: dict[str, Any], context: JobContext) -> str:
     context.sleep("nap", payload["seconds"])
     return "rested"
+
+
+@handler("steps.emit")
+def emit(payload: dict[str, Any]) -> bool:
+    from django_sqlq import emit_event
+
+    return emit_event(payload["key"], payload.get("payload"))
