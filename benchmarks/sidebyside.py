@@ -1,7 +1,7 @@
 """Two revisions of django_sqlq side by side: the regression guard of issue 22.
 
     benchmarks/run sidebyside --rev A --rev B [--jobs 20000] [--rounds 3] [--dbs sqlite,pg]
-                              [--failing]
+                              [--failing] [--b-kind steps3] [--b-sleepers N]
 
 A and B are git revisions (a commit, a branch, ``HEAD~1``...) or ``WORKTREE``, this
 checkout's django_sqlq/ as it is, uncommitted changes included (default: HEAD~1 and HEAD).
@@ -16,13 +16,19 @@ by round and engine by engine the revisions take turns, A then B, and each run i
 - the rate: jobs / (last ``completed_at`` - first ``started_at``), by the database's clock
   (of the ``failed`` jobs with ``--failing``).
 
+``--b-kind steps3``: B's jobs are no-ops in three durable steps (``context.step()``);
+with ``--rev WORKTREE --rev WORKTREE``, B / A is what three steps cost a job (issue 25).
+``--b-sleepers N``: B's database also holds N jobs asleep in a durable sleep (scheduled
+three days ahead, their steps recorded) while it drains: what they cost the claim.
+
 Each round also drains the bare-SQL floor of ``benchmarks/run`` (floor b100: 100-row
 ``UPDATE ... RETURNING`` claims, one UPDATE per batch done; peers/baseline.py), and every rate
 is also given divided by the floor of its round. Prints, per engine, each revision's rates,
 their medians, B / A, and each revision's median ratio to the floor. Raw JSON:
 $BENCH_TMP/sidebyside-<time>.json; the trees, databases and SQLite files go on exit.
 
-    python sidebyside.py one --db sqlite|pg --tree DIR --jobs N [--failing]  # one JSON line
+    python sidebyside.py one --db sqlite|pg --tree DIR --jobs N [--failing] [--kind K]
+        [--sleepers N]  # one JSON line
 """
 
 import argparse
@@ -50,7 +56,7 @@ ENGINE = {"sqlite": "SQLite", "pg": "PostgreSQL"}
 # -- one run, in a process of its own with PYTHONPATH=<the revision's tree> -----------------
 
 
-def one(db, tree, jobs, failing=False):
+def one(db, tree, jobs, failing=False, kind="noop", sleepers=0):
     from peers.sqlq import Peer
     from shapes import drain_rate
 
@@ -76,13 +82,17 @@ def one(db, tree, jobs, failing=False):
 
     from django_sqlq import enqueue
 
+    if sleepers:
+        _put_to_sleep(sleepers)
+    if failing:
+        kind = "fail"
     t = time.perf_counter()
     with transaction.atomic():
         for i in range(jobs):
-            if failing:
+            if kind == "fail":
                 enqueue("fail", {"i": i}, max_attempts=1)
             else:
-                enqueue("noop", {"i": i})
+                enqueue(kind, {"i": i})
     enqueue_s = time.perf_counter() - t
     connection.close()
 
@@ -106,9 +116,37 @@ def one(db, tree, jobs, failing=False):
     }
 
 
-def run_one(db, tree, jobs, failing=False):
+def _put_to_sleep(n):
+    """``n`` jobs asleep for three days, as ``context.sleep()`` leaves them: scheduled, with
+    their sleeping step recorded (the claim must not read them)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_sqlq import bulk_enqueue
+    from django_sqlq.models import JobStep, StepKind, StepState
+
+    wake = timezone.now() + timedelta(days=3)
+    jobs = bulk_enqueue("steps3", [{"asleep": i} for i in range(n)], run_at=wake)
+    JobStep.objects.bulk_create(
+        [
+            JobStep(
+                job_id=job.id,
+                name="nap",
+                kind=StepKind.SLEEP,
+                state=StepState.SLEEPING,
+                wake_at=wake,
+            )
+            for job in jobs
+        ],
+        batch_size=1000,
+    )
+
+
+def run_one(db, tree, jobs, failing=False, kind="noop", sleepers=0):
     cmd = [sys.executable, os.path.abspath(__file__), "one", "--db", db, "--tree", tree,
-           "--jobs", str(jobs), *(["--failing"] if failing else [])]  # fmt: skip
+           "--jobs", str(jobs), *(["--failing"] if failing else []),
+           "--kind", kind, "--sleepers", str(sleepers)]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=tree, BENCH_PEER="sqlq", BENCH_DB=db,
                DJANGO_SETTINGS_MODULE="benchsite.settings")  # fmt: skip
     log = common.log_path(f"sbs-one-{db}")
@@ -192,7 +230,14 @@ def measure(results, trees, dbs, json_path):
         for db in dbs:
             runs = results["engines"][db]
             for t in trees:
-                res = run_one(db, t["tree"], results["jobs"], results.get("failing", False))
+                res = run_one(
+                    db,
+                    t["tree"],
+                    results["jobs"],
+                    results.get("failing", False),
+                    kind=t.get("kind", "noop"),
+                    sleepers=t.get("sleepers", 0),
+                )
                 runs[t["key"]].append(res)
                 print(f"# round {r + 1}, {db}, {t['key']} {t['label']}: "
                       f"{fmt(res.get('rate'))} jobs/s {res.get('error', '')}",
@@ -234,6 +279,15 @@ def main():
     ap.add_argument("--dbs", default="sqlite,pg")
     ap.add_argument("--failing", action="store_true",
                     help="jobs whose handler raises (max_attempts=1)")  # fmt: skip
+    ap.add_argument("--b-kind", default="noop", choices=["noop", "steps3"],
+                    help="B's jobs: steps3 = a no-op in three durable steps (with --rev "
+                    "WORKTREE --rev WORKTREE: what three steps cost)")  # fmt: skip
+    ap.add_argument(
+        "--b-sleepers",
+        type=int,
+        default=0,
+        help="jobs asleep in B's database during its drain (durable sleeps)",
+    )
     a = ap.parse_args()
     revs = a.rev or ["HEAD~1", "HEAD"]
     if len(revs) != 2:
@@ -254,7 +308,13 @@ def main():
         for i, rev in enumerate(revs):
             sha, tree = common.export_tree(rev, scratch)
             label = rev if rev == "WORKTREE" or sha.startswith(rev) else f"{rev} = {sha[:12]}"
-            trees.append({"key": "AB"[i], "rev": rev, "sha": sha, "label": label, "tree": tree})
+            if i == 1 and a.b_kind != "noop":
+                label += f", {a.b_kind} jobs"
+            if i == 1 and a.b_sleepers:
+                label += f", {a.b_sleepers:,} jobs asleep"
+            trees.append({"key": "AB"[i], "rev": rev, "sha": sha, "label": label, "tree": tree,
+                          "kind": a.b_kind if i == 1 else "noop",
+                          "sleepers": a.b_sleepers if i == 1 else 0})  # fmt: skip
         results = {
             "started": stamp,
             "command": "benchmarks/run sidebyside " + shlex.join(sys.argv[1:]),
@@ -281,7 +341,9 @@ if __name__ == "__main__":
         ap.add_argument("--tree", required=True)
         ap.add_argument("--jobs", type=int, default=20000)
         ap.add_argument("--failing", action="store_true")
+        ap.add_argument("--kind", default="noop")
+        ap.add_argument("--sleepers", type=int, default=0)
         a = ap.parse_args()
-        print(json.dumps(one(a.db, a.tree, a.jobs, a.failing)))
+        print(json.dumps(one(a.db, a.tree, a.jobs, a.failing, a.kind, a.sleepers)))
     else:
         main()

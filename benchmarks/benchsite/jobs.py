@@ -17,3 +17,14 @@ def mark(payload):
 @handler("fail")
 def fail(payload):  # noqa: ARG001 (a task)
     raise RuntimeError("a failing job (benchmarks/run sidebyside --failing)")
+
+
+def _nothing():
+    return None
+
+
+@handler("steps3", takes_context=True)
+def steps3(payload, context):  # noqa: ARG001 (a task)
+    """A no-op job in three durable steps (benchmarks/run sidebyside --b-kind steps3)."""
+    for name in ("one", "two", "three"):
+        context.step(name, _nothing)

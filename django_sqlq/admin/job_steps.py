@@ -18,9 +18,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
-from django.db.models import Exists, OuterRef
-from django.db.models.functions import Now
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -37,7 +34,6 @@ from django_sqlq import dashboard, lifecycle
 from django_sqlq.admin.actions import JobAction, act
 from django_sqlq.admin.display import local_datetime, queue_alias
 from django_sqlq.conf import get_settings
-from django_sqlq.db import ops_for
 from django_sqlq.exceptions import PayloadError, StepError
 from django_sqlq.models import Job, JobStatus, JobStep, StepKind, StepState
 from django_sqlq.steps import FOREVER
@@ -180,34 +176,14 @@ def wake_sleeping(ids: Iterable[int], *, alias: str | None = None) -> lifecycle.
     sleeps, is skipped."""
     alias = alias or get_settings().DATABASE
     wanted = sorted(set(ids))
-    asleep = JobStep.objects.using(alias).filter(
-        job_id=OuterRef("pk"), kind=StepKind.SLEEP, state=StepState.SLEEPING
+    asleep = (
+        JobStep.objects.using(alias)
+        .filter(job_id__in=wanted, kind=StepKind.SLEEP, state=StepState.SLEEPING)
+        .values_list("job_id", flat=True)
     )
-    # The replay compares wake_at with the worker's clock (Python's), not the database's.
-    now = timezone.now()
-    with transaction.atomic(using=alias):
-        ops = ops_for(alias)
-        ops.lock_jobs(wanted, [JobStatus.SCHEDULED])
-        jobs = Job.objects.using(alias).filter(pk__in=wanted, status=JobStatus.SCHEDULED)
-        woken = list(jobs.filter(Exists(asleep)).values_list("pk", flat=True))
-        changed = 0
-        if woken:
-            changed = (
-                Job.objects.using(alias)
-                .filter(pk__in=woken, status=JobStatus.SCHEDULED)
-                .update(status=JobStatus.PENDING, scheduled_at=Now(), updated_at=Now())
-            )
-            JobStep.objects.using(alias).filter(
-                job_id__in=woken, kind=StepKind.SLEEP, state=StepState.SLEEPING
-            ).update(wake_at=now, updated_at=Now())
-            queues = (
-                Job.objects.using(alias)
-                .filter(pk__in=woken)
-                .order_by()
-                .values_list("queue", flat=True)
-                .distinct()
-            )
-            ops.notify(sorted(set(queues)))
+    # run_now(): pending while still scheduled, the sleep ended (lifecycle.end_sleeps), the
+    # idle workers woken.
+    changed = lifecycle.run_now(sorted(set(asleep)), alias=alias).changed
     return lifecycle.Outcome(changed=changed, skipped=len(wanted) - changed)
 
 
