@@ -93,3 +93,14 @@ def wait_for_file(started: str, release: str, max_seconds: float = 30) -> str:
             raise TimeoutError(f"{release} never appeared")
         time.sleep(0.02)
     return "released"
+
+
+@task(takes_context=True)
+def durable(context: Any, tag: str) -> dict[str, Any]:
+    """django_sqlq's durable steps through the tasks framework's context (the backend's
+    context has step(), sleep() and wait_for_event())."""
+    from tests.testapp.models import Order
+
+    charged = context.step("charge", lambda: Order.objects.create(item=f"{tag} charge").pk)
+    context.sleep("nap", 3600)
+    return {"charged": charged, "attempt": context.attempt}
