@@ -263,7 +263,7 @@ def _call_with_steps(
     or the sleep or wait it ended in (caught here, inside the savepoint, so that what the
     sleep recorded stays)."""
     assert context.control is not None
-    context.control.steps = Steps(
+    steps = context.control.steps = Steps(
         alias,
         claimed.id,
         depth=len(connections[alias].atomic_blocks),
@@ -274,6 +274,7 @@ def _call_with_steps(
         result = _call(handler, claimed, context)
     except Suspended as exc:
         return None, exc
+    steps.check_returned()
     if result is not None:
         encode_json(result, what="handler's return value", limit=get_settings().MAX_PAYLOAD_BYTES)
     return result, None

@@ -21,17 +21,29 @@ least once:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import numbers
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from django_sqlq import validation
 from django_sqlq.conf import get_settings
-from django_sqlq.exceptions import EventTimeout, LeaseLostError, PayloadError, StepError, Suspended
+from django_sqlq.db import ops_for
+from django_sqlq.exceptions import (
+    EventTimeout,
+    InvalidJobError,
+    LeaseLostError,
+    PayloadError,
+    StepError,
+    Suspended,
+)
 from django_sqlq.jsoncodec import encode_json
 
 if TYPE_CHECKING:
@@ -64,6 +76,7 @@ class Steps:
         # inside more (an atomic handler's, the handler's own) is refused.
         self.depth = depth
         self.atomic = atomic  # an atomic handler's: no sleep or wait either
+        self.suspended = False  # a sleep or wait ended this attempt
         self._recorded: dict[str, JobStep] | None = None
         self._used: set[str] = set()
 
@@ -80,14 +93,18 @@ class Steps:
             return recorded.result
         limit = get_settings().MAX_PAYLOAD_BYTES
         try:
-            with transaction.atomic(using=self.alias):
+            with step_transaction(self.alias):
                 result = fn(*args, **kwargs)
                 try:
-                    encode_json(result, what=f"result of step {name!r}", limit=limit)
+                    text = encode_json(result, what=f"result of step {name!r}", limit=limit)
                 except PayloadError as exc:
                     raise StepError(str(exc)) from exc
-                row = JobStep(job_id=self.job_id, name=name, kind=StepKind.STEP, result=result)
-                row.save(using=self.alias, force_insert=True)
+                row = JobStep(
+                    job_id=self.job_id, name=name, kind=StepKind.STEP, result=json.loads(text)
+                )
+                row.pk = ops_for(self.alias).record_step(
+                    job_id=self.job_id, name=name, kind=row.kind, state=row.state, result=text
+                )
         except IntegrityError as exc:
             if self._recorded_elsewhere(name):
                 raise LeaseLostError(
@@ -97,7 +114,9 @@ class Steps:
                 ) from exc
             raise
         self._recorded_steps()[name] = row
-        return result
+        # What a replay returns (JSON's reading of it: a tuple comes back a list), the first
+        # time too: the handler goes on the same way whichever attempt it is.
+        return row.result
 
     def sleep(self, name: str, when: float | timedelta | datetime) -> None:
         """Sleep until ``when`` (seconds, a timedelta, or an aware datetime): the first time,
@@ -118,7 +137,7 @@ class Steps:
             )
             self._insert(recorded)
         if recorded.wake_at is not None and recorded.wake_at > now:
-            raise Suspended(recorded.wake_at)
+            raise self._suspend(recorded.wake_at)
         if recorded.state != StepState.DONE:
             self._update(recorded, state=StepState.DONE)
 
@@ -172,7 +191,22 @@ class Steps:
         elif until <= now:
             self._update(recorded, state=StepState.TIMED_OUT)
             raise EventTimeout(name, key)
-        raise Suspended(until, key)
+        raise self._suspend(until, key)
+
+    def _suspend(self, until: datetime, key: str | None = None) -> Suspended:
+        self.suspended = True
+        return Suspended(until, key)
+
+    def check_returned(self) -> None:
+        """The handler returned: refuse it if a sleep or wait had ended its attempt (the
+        handler caught :class:`Suspended`, and ran on as if it had slept)."""
+        if self.suspended:
+            raise StepError(
+                f"Job id={self.job_id}'s handler returned after a sleep or a wait for an "
+                "event ended its attempt: it caught django_sqlq.exceptions.Suspended (an "
+                "`except BaseException:` or a bare `except:`). Let it propagate: the job "
+                "runs on once the sleep or wait is over."
+            )
 
     def _check_no_transaction(self, what: str) -> None:
         if self.atomic or len(connections[self.alias].atomic_blocks) > self.depth:
@@ -194,12 +228,9 @@ class Steps:
 
     def _take(self, name: str, kind: str) -> JobStep | None:
         """Check ``name`` (once per attempt), and its recorded row if it has one."""
-        if not isinstance(name, str) or not name:
-            raise StepError(f"A step's name must be a non-empty str, got {name!r}.")
         from django_sqlq.models.steps import MAX_STEP_NAME
 
-        if len(name) > MAX_STEP_NAME:
-            raise StepError(f"Step name {name[:40]!r}... is over {MAX_STEP_NAME} characters.")
+        _checked("step name", name, MAX_STEP_NAME)
         if name in self._used:
             raise StepError(
                 f"Step name {name!r} is used twice in job id={self.job_id}: each step, sleep "
@@ -218,7 +249,15 @@ class Steps:
     def _insert(self, row: JobStep) -> None:
         try:
             with transaction.atomic(using=self.alias):
-                row.save(using=self.alias, force_insert=True)
+                row.pk = ops_for(self.alias).record_step(
+                    job_id=row.job_id,
+                    name=row.name,
+                    kind=row.kind,
+                    state=row.state,
+                    result=encode_json(row.result),
+                    wait_key=row.wait_key,
+                    wake_at=row.wake_at,
+                )
         except IntegrityError as exc:
             raise LeaseLostError(
                 f"Step {row.name!r} of job id={self.job_id} was recorded by another attempt "
@@ -241,15 +280,65 @@ class Steps:
         return JobStep.objects.using(self.alias).filter(job_id=self.job_id, name=name).exists()
 
 
+_WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "REPLAC"})
+
+
+@contextlib.contextmanager
+def step_transaction(alias: str) -> Iterator[None]:
+    """The transaction a step's ``fn`` runs in, with its record. On SQLite, where the queue's
+    transactions begin IMMEDIATE (holding the database's one write lock from BEGIN), a step's
+    begins DEFERRED and takes the write lock just before its first statement: a step that
+    calls a payment provider and writes nothing holds no lock meanwhile (every worker's
+    writes would wait for it); one that queries first holds it from that query on (a write
+    after a read could not take it later without failing at once, SQLITE_BUSY_SNAPSHOT)."""
+    connection = connections[alias]
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        with transaction.atomic(using=alias):
+            yield
+        return
+    mode = getattr(connection, "transaction_mode", None)
+    locked = False
+
+    def lock_first(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal locked
+        if not locked:
+            locked = True
+            # A write takes the lock itself; before anything else, a no-op write takes it
+            # (waiting up to the busy timeout: there is no snapshot yet to be stale).
+            if sql.lstrip()[:6].upper() not in _WRITES:
+                execute("UPDATE sqlq_job SET id = id WHERE 0", None, False, context)
+        return execute(sql, params, many, context)
+
+    connection.ensure_connection()
+    connection.transaction_mode = None  # type: ignore[attr-defined]
+    try:
+        atomic = transaction.atomic(using=alias)
+        atomic.__enter__()
+    finally:
+        connection.transaction_mode = mode  # type: ignore[attr-defined]
+    try:
+        with connection.execute_wrapper(lock_first):
+            yield
+    except BaseException:
+        atomic.__exit__(*sys.exc_info())
+        raise
+    atomic.__exit__(None, None, None)
+
+
 def check_key(key: object, *, what: str) -> str:
     """``key`` if it can name an event, else StepError."""
     from django_sqlq.models.steps import MAX_EVENT_KEY
 
-    if not isinstance(key, str) or not key:
-        raise StepError(f"{what}: an event key must be a non-empty str, got {key!r}.")
-    if len(key) > MAX_EVENT_KEY:
-        raise StepError(f"{what}: event key {key[:40]!r}... is over {MAX_EVENT_KEY} characters.")
-    return key
+    return _checked(f"{what}'s event key", key, MAX_EVENT_KEY)
+
+
+def _checked(what: str, value: object, max_length: int) -> str:
+    """A step name or event key every engine stores (no NUL, no lone surrogate), else
+    StepError."""
+    try:
+        return validation.check_name(what, value, max_length=max_length)
+    except InvalidJobError as exc:
+        raise StepError(str(exc)) from None
 
 
 def _until(when: object, now: datetime, *, what: str) -> datetime:
@@ -261,6 +350,8 @@ def _until(when: object, now: datetime, *, what: str) -> datetime:
                 f"{what}: {when!r} is {kinds[0]}, and this project's datetimes are "
                 f"{kinds[1]} (USE_TZ)."
             )
+        if abs(when - now) > FOREVER:
+            raise StepError(f"{what}: {when!r} is more than 100 years away.")
         return when
     if isinstance(when, timedelta):
         seconds = when.total_seconds()
@@ -281,23 +372,22 @@ def emit_event(key: str, payload: Any = None) -> bool:
     only if it commits. The first emit of
     a key wins: returns True for it, False when the key was emitted before (its payload is
     the first's)."""
-    from django_sqlq.db import ops_for
     from django_sqlq.models import Event
 
     check_key(key, what="emit_event()")
     settings = get_settings()
-    encode_json(payload, what="event's payload", limit=settings.MAX_PAYLOAD_BYTES)
+    text = encode_json(payload, what="event's payload", limit=settings.MAX_PAYLOAD_BYTES)
     alias = settings.DATABASE
     with transaction.atomic(using=alias):
         try:
             with transaction.atomic(using=alias):
-                Event(key=key, payload=payload).save(using=alias, force_insert=True)
+                Event(key=key, payload=json.loads(text)).save(using=alias, force_insert=True)
         except IntegrityError:
             if not Event.objects.using(alias).filter(key=key).exists():
                 raise
             return False
         ops = ops_for(alias)
-        queues = ops.wake_waiters(key)
+        queues = ops.wake_waiters(key, text)
         if queues:
             ops.notify(sorted(set(queues)))
     return True

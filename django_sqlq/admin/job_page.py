@@ -269,8 +269,8 @@ class JobPageAdmin(JobModelAdmin):
         now = timezone.now()
         if asleep is job_steps.UNREAD:
             asleep = job_steps.read_asleep(queue_alias(), job)
-        # Asleep in a durable sleep or wait, Run now would only put it back to sleep: its
-        # step says when it wakes. Wake now ends a sleep; the steps section emits an event.
+        # Asleep in a durable sleep or wait: Wake now (a sleep) or the steps section's Emit
+        # event (a wait) say what the operator can do, rather than Run now.
         actions = [a for a in PAGE_ACTIONS if asleep is None or a is not RUN_NOW]
         if asleep is not None and asleep.kind == StepKind.SLEEP:
             actions.append(job_steps.WAKE)

@@ -2,11 +2,11 @@
 
 One class per concern, each in its own module: the claim (``claim``, and the queues' rows
 it locks in ``queue_rows``), new jobs (``insert``), the ends of attempts (``outcomes``),
-workflows (``blockers``), running jobs (``running``), the maintenance duties (``upkeep``)
-and wake-ups (``notify``). Each statement is written once, there; where an engine writes
-part of it differently, the statement calls a hook of :class:`~django_sqlq.db.dialect.Dialect`
-(or one declared beside it), and the engine's module (``sqlite``, ``postgresql``) subclasses
-:class:`QueueOps` to fill the hooks in.
+workflows (``blockers``), running jobs (``running``), the maintenance duties (``upkeep``),
+wake-ups (``notify``) and durable steps' records (``steps``). Each statement is written once,
+there; where an engine writes part of it differently, the statement calls a hook of
+:class:`~django_sqlq.db.dialect.Dialect` (or one declared beside it), and the engine's module
+(``sqlite``, ``postgresql``) subclasses :class:`QueueOps` to fill the hooks in.
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ from django_sqlq.db.insert import InsertOps
 from django_sqlq.db.notify import NotifyOps
 from django_sqlq.db.outcomes import OutcomeOps
 from django_sqlq.db.running import RunningOps
+from django_sqlq.db.steps import StepOps
 from django_sqlq.db.upkeep import UpkeepOps
 
 
-class QueueOps(ClaimOps, InsertOps, OutcomeOps, BlockerOps, RunningOps, UpkeepOps, NotifyOps):
+class QueueOps(
+    ClaimOps, InsertOps, OutcomeOps, BlockerOps, RunningOps, UpkeepOps, NotifyOps, StepOps
+):
     """The queue's statements, on one connection. Subclasses fill in the engine's dialect."""
 
 

@@ -206,27 +206,36 @@ class OutcomeOps(Dialect):
                     status = "pending"
         return status
 
-    def wake_waiters(self, key: str, *, now: datetime | None = None) -> list[str]:
-        """Wake the jobs waiting for event ``key`` (an emit just wrote it): each asleep
-        (``scheduled``) is ``pending`` at once. The one running right now is touched too,
-        so that on PostgreSQL this waits for the transaction that is putting it to sleep,
-        then finds it scheduled (see :meth:`suspend`). Returns the woken jobs' queues."""
+    def wake_waiters(self, key: str, payload: str, *, now: datetime | None = None) -> list[str]:
+        """Give event ``key``'s ``payload`` (JSON text) to the jobs waiting for it (an emit
+        just wrote it): their waiting steps are done with it, so that they have it whatever
+        happens to the event (retention), and each job asleep (``scheduled``) is ``pending``
+        at once. The one running right now is touched too, so that on PostgreSQL this waits
+        for the transaction that is putting it to sleep, then finds it scheduled (see
+        :meth:`suspend`). Returns the woken jobs' queues."""
         now_sql = self.now_sql()
-        asleep = "status = 'scheduled'"
-        sql = (
-            f"UPDATE {self.table} SET "
-            f"status = CASE WHEN {asleep} THEN 'pending' ELSE status END, "
-            f"scheduled_at = CASE WHEN {asleep} THEN {now_sql} ELSE scheduled_at END, "
-            f"updated_at = {now_sql} "
-            "WHERE "
-            + self.in_id_order(
-                "id IN (SELECT job_id FROM sqlq_job_step WHERE wait_key = %(key)s "
-                "AND state = 'waiting') AND status IN ('scheduled', 'processing')"
-            )
-            + " RETURNING queue, status"
-        )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": self.clock(now), "key": key})
+            cursor.execute(
+                f"UPDATE sqlq_job_step SET state = 'done', result = "
+                f"{self.json_param_sql('payload')}, updated_at = {now_sql} "
+                "WHERE wait_key = %(key)s AND state = 'waiting' RETURNING job_id",
+                {"now": self.clock(now), "key": key, "payload": payload},
+            )
+            job_ids = sorted({int(row[0]) for row in cursor.fetchall()})
+            if not job_ids:
+                return []
+            in_sql, in_params = self.in_list_sql("id", job_ids, "ids")
+            asleep = "status = 'scheduled'"
+            cursor.execute(
+                f"UPDATE {self.table} SET "
+                f"status = CASE WHEN {asleep} THEN 'pending' ELSE status END, "
+                f"scheduled_at = CASE WHEN {asleep} THEN {now_sql} ELSE scheduled_at END, "
+                f"updated_at = {now_sql} "
+                "WHERE "
+                + self.in_id_order(f"{in_sql} AND status IN ('scheduled', 'processing')")
+                + " RETURNING queue, status",
+                {"now": self.clock(now), **in_params},
+            )
             return [str(queue) for queue, status in cursor.fetchall() if status == "pending"]
 
     def release(

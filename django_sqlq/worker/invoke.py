@@ -16,7 +16,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import asgiref
 from django.db import DatabaseError, connections
@@ -41,6 +41,7 @@ from django_sqlq.exceptions import (
 )
 from django_sqlq.jobcontext import job_context
 from django_sqlq.jsoncodec import decode_json, encode_json
+from django_sqlq.steps import Steps
 from django_sqlq.worker.atomic import ResultRefused, run_atomic
 from django_sqlq.worker.context import WorkerContext
 
@@ -353,6 +354,7 @@ def run_handler(
             return "committed", committed
         result = invoke(handler.func, args, timeout, is_async=handler.is_async, control=control)
         check_connections()
+        _check_steps(control)
     except Suspended as exc:  # context.sleep(), wait_for_event(): the attempt ends uncounted
         tidy_connections()
         return "suspended", exc
@@ -389,6 +391,13 @@ def run_handler(
         except PayloadError as exc:
             return "failed_for_good", lifecycle.ErrorInfo.from_exception(_refused(exc))
     return "completed", result
+
+
+def _check_steps(control: JobControl) -> None:
+    """The handler returned: refuse it if it swallowed the end of its attempt (a durable
+    sleep or wait's Suspended)."""
+    if control.steps is not None:
+        cast("Steps", control.steps).check_returned()
 
 
 def _atomic_call(

@@ -7,7 +7,7 @@ tests/testapp/step_jobs.py."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from django_sqlq.exceptions import PayloadError, StepError
 from django_sqlq.jobcontext import JobContext
 from django_sqlq.models import Event, Job, JobStatus, JobStep, StepKind, StepState
 from django_sqlq.retention import prune
+from django_sqlq.steps import Steps
 from django_sqlq.testing import run_jobs
 from tests.testapp import step_jobs  # noqa: F401 (registers the handlers)
 from tests.testapp.models import Order
@@ -237,3 +238,46 @@ def test_one_run_jobs_call_runs_a_job_again_once_its_event_wakes_it():
     result = run_jobs()
     job.refresh_from_db()
     assert (result.slept, job.status, job_result(job)["paid"]) == (1, JobStatus.COMPLETED, 7)
+
+
+# -- what the docs-only adversary found (issue 25) ----------------------------------------
+
+
+def test_a_woken_waiter_gets_its_payload_even_once_the_event_is_pruned():
+    job = enqueue("steps.flow", {"tag": "pruned", "key": "paid-before-prune", "timeout": None})
+    run_jobs()
+    emit_event("paid-before-prune", {"ok": True})
+    Event.objects.update(emitted_at=timezone.now() - timedelta(days=365))
+    assert prune("default", keep={"completed": None}, holder="test").events == 1
+    run_jobs()
+    job.refresh_from_db()
+    assert (job.status, job_result(job)["paid"]) == (JobStatus.COMPLETED, {"ok": True})
+
+
+@pytest.mark.parametrize("runner", ["run_jobs", "worker"])
+def test_a_handler_that_swallows_the_end_of_its_attempt_fails_and_says_why(runner):
+    from tests.conftest import run_burst
+
+    job = enqueue("steps.swallow", {}, max_attempts=1)
+    if runner == "worker":
+        run_burst(concurrency=1)
+    else:
+        run_jobs()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "StepError" in job.last_error
+    assert "caught django_sqlq.exceptions.Suspended" in job.last_error
+
+
+@pytest.mark.parametrize("key", ["a\x00b", "\ud800", "   "])
+def test_event_keys_no_engine_can_store_are_refused_clearly(key):
+    with pytest.raises(StepError):
+        emit_event(key)
+    assert not Event.objects.exists()
+
+
+def test_a_sleep_until_a_datetime_past_a_century_is_refused():
+    job = enqueue("steps.nap", {"seconds": 1}, max_attempts=1)
+    steps = Steps("default", job.id)
+    with pytest.raises(StepError, match="100 years"):
+        steps.sleep("far", datetime.max.replace(tzinfo=UTC))

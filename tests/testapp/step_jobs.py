@@ -93,3 +93,12 @@ def emit(payload: dict[str, Any]) -> bool:
     from django_sqlq import emit_event
 
     return emit_event(payload["key"], payload.get("payload"))
+
+
+@handler("steps.swallow", takes_context=True)
+def swallow(payload: Any, context: JobContext) -> str:  # noqa: ARG001 (a handler)
+    try:
+        context.sleep("nap", 3600)
+    except BaseException:  # noqa: BLE001 (the mistake under test)
+        return "woke an hour early"
+    return "slept"
