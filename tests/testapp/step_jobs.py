@@ -99,6 +99,6 @@ def emit(payload: dict[str, Any]) -> bool:
 def swallow(payload: Any, context: JobContext) -> str:  # noqa: ARG001 (a handler)
     try:
         context.sleep("nap", 3600)
-    except BaseException:  # noqa: BLE001 (the mistake under test)
+    except BaseException:
         return "woke an hour early"
     return "slept"
