@@ -121,21 +121,14 @@ class Steps:
     def sleep(self, name: str, when: float | timedelta | datetime) -> None:
         """Sleep until ``when`` (seconds, a timedelta, or an aware datetime): the first time,
         record the wake-up time and end the attempt; after it, return at once."""
-        from django_sqlq.models import JobStep, StepKind, StepState
+        from django_sqlq.models import StepKind, StepState
 
         self._check_no_transaction("sleep")
         recorded = self._take(name, StepKind.SLEEP)
         now = self.now()
         if recorded is None:
             until = _until(when, now, what="sleep()")
-            recorded = JobStep(
-                job_id=self.job_id,
-                name=name,
-                kind=StepKind.SLEEP,
-                state=StepState.SLEEPING,
-                wake_at=until,
-            )
-            self._insert(recorded)
+            recorded = self._record(name, StepKind.SLEEP, StepState.SLEEPING, wake_at=until)
         if recorded.wake_at is not None and recorded.wake_at > now:
             raise self._suspend(recorded.wake_at)
         if recorded.state != StepState.DONE:
@@ -147,7 +140,7 @@ class Steps:
         """The payload of event ``key``: at once if it was emitted (and kept), else after
         it is, the attempt ended meanwhile. :class:`EventTimeout` once ``timeout`` passed
         without it."""
-        from django_sqlq.models import Event, JobStep, StepKind, StepState
+        from django_sqlq.models import Event, StepKind, StepState
 
         self._check_no_transaction("wait_for_event")
         check_key(key, what="wait_for_event()")
@@ -166,28 +159,12 @@ class Steps:
         if event is not None:
             payload = event[0]
             if recorded is None:
-                done = JobStep(
-                    job_id=self.job_id,
-                    name=name,
-                    kind=StepKind.EVENT,
-                    state=StepState.DONE,
-                    wait_key=key,
-                    result=payload,
-                )
-                self._insert(done)
+                self._record(name, StepKind.EVENT, StepState.DONE, wait_key=key, result=payload)
             else:
                 self._update(recorded, state=StepState.DONE, result=payload)
             return payload
         if recorded is None:
-            recorded = JobStep(
-                job_id=self.job_id,
-                name=name,
-                kind=StepKind.EVENT,
-                state=StepState.WAITING,
-                wait_key=key,
-                wake_at=until,
-            )
-            self._insert(recorded)
+            self._record(name, StepKind.EVENT, StepState.WAITING, wait_key=key, wake_at=until)
         elif until <= now:
             self._update(recorded, state=StepState.TIMED_OUT)
             raise EventTimeout(name, key)
@@ -246,24 +223,46 @@ class Steps:
             )
         return recorded
 
-    def _insert(self, row: JobStep) -> None:
+    def _record(
+        self,
+        name: str,
+        kind: str,
+        state: str,
+        *,
+        result: Any = None,
+        wait_key: str | None = None,
+        wake_at: datetime | None = None,
+    ) -> JobStep:
+        """Record a sleep or wait (in a transaction of its own) and return its row."""
+        from django_sqlq.models import JobStep
+
+        row = JobStep(
+            job_id=self.job_id,
+            name=name,
+            kind=kind,
+            state=state,
+            result=result,
+            wait_key=wait_key,
+            wake_at=wake_at,
+        )
         try:
             with transaction.atomic(using=self.alias):
                 row.pk = ops_for(self.alias).record_step(
-                    job_id=row.job_id,
-                    name=row.name,
-                    kind=row.kind,
-                    state=row.state,
-                    result=encode_json(row.result),
-                    wait_key=row.wait_key,
-                    wake_at=row.wake_at,
+                    job_id=self.job_id,
+                    name=name,
+                    kind=kind,
+                    state=state,
+                    result=encode_json(result),
+                    wait_key=wait_key,
+                    wake_at=wake_at,
                 )
         except IntegrityError as exc:
             raise LeaseLostError(
-                f"Step {row.name!r} of job id={self.job_id} was recorded by another attempt "
+                f"Step {name!r} of job id={self.job_id} was recorded by another attempt "
                 "of the job (this worker's lease ran out)."
             ) from exc
-        self._recorded_steps()[row.name] = row
+        self._recorded_steps()[name] = row
+        return row
 
     def _update(self, row: JobStep, **fields: Any) -> None:
         from django.db.models.functions import Now
