@@ -208,6 +208,55 @@ def op_latency(peer, jobs, seed=1):
     }
 
 
+def op_event_latency(peer, jobs, seed=2):
+    """django_sqlq's durable waits: a job waits (``wait_for_event``, no thread held), the
+    harness emits its event after a pause (``emit_event`` in a transaction), and the latency
+    is from the commit to the job running on, by the same probe as ``op_latency``."""
+    rnd = random.Random(seed)
+    peer.reset()  # Django is set up from here on
+    from django.db import transaction
+
+    from django_sqlq import emit_event, enqueue
+    from django_sqlq.models import Job
+
+    mark_file = os.path.join(common.TMP, f"marks-event-{peer.db}-{os.getpid()}.txt")
+    if os.path.exists(mark_file):
+        os.unlink(mark_file)
+    env = dict(peer.worker_env(1), BENCH_MARK_FILE=mark_file)
+    procs = [common.spawn(argv, env, f"sqlq-{peer.db}-event") for argv in peer.worker_argvs(1)]
+    lat = []
+    try:
+        peer.enqueue_mark("warmup")
+        ts, pos = _wait_mark(mark_file, 0, "warmup", 90)
+        if ts is None:
+            return {"error": "worker never ran the warm-up job"}
+        for k in range(jobs):
+            key = f"e{k}"
+            job = enqueue("wait_mark", {"key": key})
+            deadline = time.monotonic() + 30
+            while not Job.objects.filter(pk=job.pk, status="scheduled").exists():
+                if time.monotonic() > deadline:
+                    return {"error": f"job {key} never waited", "lat": lat}
+                time.sleep(0.005)
+            time.sleep(rnd.uniform(0.2, 1.0))  # the worker idle again
+            with transaction.atomic():
+                emit_event(key)
+            t_emit = time.time()  # after commit
+            ts, pos = _wait_mark(mark_file, pos, key, 30)
+            if ts is None:
+                return {"error": f"job {key} not woken within 30 s", "lat": lat}
+            lat.append(max(0.0, ts - t_emit))
+    finally:
+        common.stop(procs)
+    ms = [x * 1000 for x in lat]
+    return {
+        "jobs": jobs,
+        "p50_ms": common.percentile(ms, 50),
+        "p95_ms": common.percentile(ms, 95),
+        "max_ms": max(ms),
+    }
+
+
 def op_trace(peer, jobs=2):
     """Run one worker with Django SQL logging on; return the path of its log."""
     peer.reset()
@@ -231,7 +280,16 @@ def main():
     ap.add_argument("peer", choices=sorted(PEERS))
     ap.add_argument("db", choices=["sqlite", "pg"])
     ap.add_argument(
-        "op", choices=["setup", "enqueue", "enqueue-paired", "drain", "latency", "trace"]
+        "op",
+        choices=[
+            "setup",
+            "enqueue",
+            "enqueue-paired",
+            "drain",
+            "latency",
+            "event-latency",
+            "trace",
+        ],
     )
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--workers", type=int, default=1)
@@ -251,6 +309,8 @@ def main():
         out = op_drain(peer, a.n, a.workers, a.timeout)
     elif a.op == "latency":
         out = op_latency(peer, a.jobs)
+    elif a.op == "event-latency":
+        out = op_event_latency(peer, a.jobs)
     else:
         out = op_trace(peer)
     print(json.dumps(out))

@@ -28,3 +28,10 @@ def steps3(payload, context):  # noqa: ARG001 (a task)
     """A no-op job in three durable steps (benchmarks/run sidebyside --b-kind steps3)."""
     for name in ("one", "two", "three"):
         context.step(name, _nothing)
+
+
+@handler("wait_mark", takes_context=True)
+def wait_mark(payload, context):
+    """The event-latency probe: waits for event ``key``, then records when it ran on."""
+    context.wait_for_event("event", payload["key"], timeout=None)
+    mark_start(payload["key"])
