@@ -217,6 +217,8 @@ def test_migrate_database_queue_creates_only_django_sqlqs_tables(engine, fresh_d
         "sqlq_schedule_tick",
         "sqlq_maintenance",
         "sqlq_job_blocker",
+        "sqlq_job_step",
+        "sqlq_event",
     }
 
 
