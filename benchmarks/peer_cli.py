@@ -231,7 +231,7 @@ def op_event_latency(peer, jobs, seed=2):
         if ts is None:
             return {"error": "worker never ran the warm-up job"}
         for k in range(jobs):
-            key = f"e{k}"
+            key = f"e{os.getpid()}-{k}"  # events outlive the jobs table's reset: keys of its own
             job = enqueue("wait_mark", {"key": key})
             deadline = time.monotonic() + 30
             while not Job.objects.filter(pk=job.pk, status="scheduled").exists():

@@ -24,9 +24,15 @@ class Peer(DjangoPeer):
 
     def _table(self):
         self.django()
-        from django_sqlq.models import Job, WorkerProcess
+        from django_sqlq import models
 
-        return Job._meta.db_table, WorkerProcess._meta.db_table
+        tables = [models.Job._meta.db_table, models.WorkerProcess._meta.db_table]
+        # Durable steps' tables (revisions since issue 25): a job's steps are keyed by its id,
+        # which RESTART IDENTITY gives out again.
+        for name in ("JobStep", "Event"):
+            if hasattr(models, name):
+                tables.append(getattr(models, name)._meta.db_table)
+        return tuple(tables)
 
     def reset(self):
         self.clear(*self._table())
