@@ -170,6 +170,9 @@ def test_a_timed_out_handler_waiting_in_the_database_is_interrupted(
     until(lambda: path.exists() and path.read_text().strip(), 60, "the statement ended")
     assert path.read_text().split()[0] == "interrupted", worker.output()
     until(lambda: Job.objects.get(pk=after.pk).status == JobStatus.COMPLETED, 30, "next job")
+    # The two outcomes may share a batch, whose plain completion is written first (one
+    # statement), then the failure (a transaction of its own): wait for the failure too.
+    until(lambda: Job.objects.get(pk=job.pk).status != JobStatus.PROCESSING, 30, "the failure")
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "JobTimeoutError" in job.last_error
