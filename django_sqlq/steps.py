@@ -21,12 +21,10 @@ least once:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import numbers
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +91,7 @@ class Steps:
             return recorded.result
         limit = get_settings().MAX_PAYLOAD_BYTES
         try:
-            with step_transaction(self.alias):
+            with ops_for(self.alias).step_transaction():
                 result = fn(*args, **kwargs)
                 try:
                     text = encode_json(result, what=f"result of step {name!r}", limit=limit)
@@ -277,51 +275,6 @@ class Steps:
         from django_sqlq.models import JobStep
 
         return JobStep.objects.using(self.alias).filter(job_id=self.job_id, name=name).exists()
-
-
-_WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "REPLAC"})
-
-
-@contextlib.contextmanager
-def step_transaction(alias: str) -> Iterator[None]:
-    """The transaction a step's ``fn`` runs in, with its record. On SQLite, where the queue's
-    transactions begin IMMEDIATE (holding the database's one write lock from BEGIN), a step's
-    begins DEFERRED and takes the write lock just before its first statement: a step that
-    calls a payment provider and writes nothing holds no lock meanwhile (every worker's
-    writes would wait for it); one that queries first holds it from that query on (a write
-    after a read could not take it later without failing at once, SQLITE_BUSY_SNAPSHOT)."""
-    connection = connections[alias]
-    if connection.vendor != "sqlite" or connection.in_atomic_block:
-        with transaction.atomic(using=alias):
-            yield
-        return
-    mode = getattr(connection, "transaction_mode", None)
-    locked = False
-
-    def lock_first(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        nonlocal locked
-        if not locked:
-            locked = True
-            # A write takes the lock itself; before anything else, a no-op write takes it
-            # (waiting up to the busy timeout: there is no snapshot yet to be stale).
-            if sql.lstrip()[:6].upper() not in _WRITES:
-                execute("UPDATE sqlq_job SET id = id WHERE 0", None, False, context)
-        return execute(sql, params, many, context)
-
-    connection.ensure_connection()
-    connection.transaction_mode = None  # type: ignore[attr-defined]
-    try:
-        atomic = transaction.atomic(using=alias)
-        atomic.__enter__()
-    finally:
-        connection.transaction_mode = mode  # type: ignore[attr-defined]
-    try:
-        with connection.execute_wrapper(lock_first):
-            yield
-    except BaseException:
-        atomic.__exit__(*sys.exc_info())
-        raise
-    atomic.__exit__(None, None, None)
 
 
 def check_key(key: object, *, what: str) -> str:

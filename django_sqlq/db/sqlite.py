@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS, get_settings
@@ -18,6 +20,8 @@ from django_sqlq.db.base import QueueOps
 from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.db.queue_rows import read_starts
+
+_WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "REPLAC"})
 
 # At most this many queues are read by one claim: SQLite refuses a compound SELECT of more
 # than 500 arms (SQLITE_MAX_COMPOUND_SELECT); each arm adds one parameter (its queue) to the
@@ -208,7 +212,51 @@ class SQLiteOps(QueueOps):
         if getattr(self.connection, "transaction_mode", None) in ("IMMEDIATE", "EXCLUSIVE"):
             return
         with self.connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {self.table} SET id = id WHERE 0")
+            cursor.execute(self.TAKE_WRITE_LOCK)
+
+    #: A no-op write: it takes the write lock, waiting up to the busy timeout.
+    TAKE_WRITE_LOCK = "UPDATE sqlq_job SET id = id WHERE 0"
+
+    @contextlib.contextmanager
+    def step_transaction(self) -> Iterator[None]:
+        """A durable step's transaction (``django_sqlq.steps``). The queue's transactions
+        begin IMMEDIATE (holding the database's one write lock from BEGIN); a step's begins
+        DEFERRED and takes the write lock just before its first statement: a step that calls
+        a payment provider and writes nothing holds no lock meanwhile (every worker's writes
+        would wait for it); one that queries first holds it from that query on (a write after
+        a read could not take it later without failing at once, SQLITE_BUSY_SNAPSHOT)."""
+        connection = self.connection
+        if connection.in_atomic_block:  # a savepoint of the caller's transaction
+            with transaction.atomic(using=connection.alias):
+                yield
+            return
+        mode = getattr(connection, "transaction_mode", None)
+        locked = False
+
+        def lock_first(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            nonlocal locked
+            if not locked:
+                locked = True
+                # A write takes the lock itself; before anything else, the no-op write does
+                # (no snapshot yet that could be stale).
+                if sql.lstrip()[:6].upper() not in _WRITES:
+                    execute(self.TAKE_WRITE_LOCK, None, False, context)
+            return execute(sql, params, many, context)
+
+        connection.ensure_connection()
+        connection.transaction_mode = None  # type: ignore[attr-defined]
+        try:
+            atomic = transaction.atomic(using=connection.alias)
+            atomic.__enter__()
+        finally:
+            connection.transaction_mode = mode  # type: ignore[attr-defined]
+        try:
+            with connection.execute_wrapper(lock_first):
+                yield
+        except BaseException:
+            atomic.__exit__(*sys.exc_info())
+            raise
+        atomic.__exit__(None, None, None)
 
     # -- the claim (claim.py, queue_rows.py) -----------------------------------------------
 

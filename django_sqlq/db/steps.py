@@ -4,13 +4,21 @@ a no-op step)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import datetime
+
+from django.db import transaction
 
 from django_sqlq.db.dialect import Dialect
 
 
 class StepOps(Dialect):
     """The statements of the steps table."""
+
+    def step_transaction(self) -> AbstractContextManager[None]:
+        """The transaction a step's ``fn`` runs in, with its record (on SQLite, see
+        ``SQLiteOps.step_transaction``)."""
+        return transaction.atomic(using=self.connection.alias)
 
     def record_step(
         self,
