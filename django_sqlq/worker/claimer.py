@@ -145,6 +145,10 @@ class Claimer:
             self.summary.log()
             if self.max_jobs is not None and self.jobs_claimed >= self.max_jobs and idle:
                 return
+            if burst and pool.busy == 0 and not completer.pending:
+                # The last outcomes are written: the next turn claims once more and, finding
+                # nothing, exits (not a poll interval later: nothing wakes this thread now).
+                continue
             context.wakeup.wait(self.wait_time(last_claim, changes.interval))
             context.wakeup.clear()
 
