@@ -20,7 +20,7 @@ from tests.faults.conftest import errors_in, pid_of, runs, until
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
-JOBS = int(os.environ.get("SQLQ_FAULTS_STORM_JOBS", "5000"))
+JOBS = int(os.environ.get("SQLQ_FAULTS_STORM_JOBS", "3000"))
 WORKERS = 4
 LEASE = "2"
 KILL_EVERY = 1.0

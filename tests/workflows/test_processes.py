@@ -352,7 +352,7 @@ def test_an_atomic_step_that_completes_writes_its_rows_and_its_next_step(tmp_pat
 
 # -- enqueues that fan in on running work ------------------------------------------------------
 
-FAN_IN_SECONDS = 10.0
+FAN_IN_SECONDS = 5.0
 
 
 def _finished_before(waiter: Job) -> list[str]:
