@@ -90,7 +90,23 @@ def summarise(stacks, top):
     return "\n".join(out) + "\n"
 
 
-def profile(db, n, concurrency, idle, rate, top):
+def fill(peer, n, kind):
+    """N jobs of ``kind`` (sidebyside.py's kinds; noop by the peer's own fill)."""
+    if kind == "noop":
+        peer.fill(n)
+        return
+    from django.db import connection
+
+    from django_sqlq import bulk_enqueue
+
+    if kind in ("writes3", "steps3w"):
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS bench_write")
+            cursor.execute("CREATE TABLE bench_write (job bigint NOT NULL, step varchar(20))")
+    bulk_enqueue(kind, [{"i": i} for i in range(n)])
+
+
+def profile(db, n, concurrency, idle, rate, top, kind="noop"):
     from peers.sqlq import Peer
 
     peer = Peer(db, concurrency=concurrency)
@@ -99,7 +115,7 @@ def profile(db, n, concurrency, idle, rate, top):
         check=True, cwd=common.HERE, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     peer.reset()
-    peer.fill(n)
+    fill(peer, n, kind)
     out = os.path.join(common.TMP, f"profile-{db}-{time.strftime('%Y%m%d-%H%M%S')}.txt")
     pyspy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     # Start the worker, attach py-spy once it has finished its first job (so start-up and
@@ -122,7 +138,7 @@ def profile(db, n, concurrency, idle, rate, top):
     finally:
         common.stop([proc])
     done = peer.done_count()
-    head = (f"### Profile: {db}, {done - first:,} no-op jobs profiled ({n:,} queued), "
+    head = (f"### Profile: {db}, {done - first:,} {kind} jobs profiled ({n:,} queued), "
             f"`sqlq_worker --burst --concurrency {concurrency}`, {wall:.1f} s under py-spy, "
             f"{(done - first) / wall:,.0f} jobs/s ({'wall-time' if idle else 'CPU'} samples "
             f"at {rate} Hz)\n\n")  # fmt: skip
@@ -175,6 +191,8 @@ def main():
     ap.add_argument("--rate", type=int, default=250, help="samples per second (250)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--enqueue", action="store_true", help="profile enqueue() instead")
+    ap.add_argument("--kind", default="noop", choices=["noop", "steps3", "writes3", "steps3w"],
+                    help="the jobs drained (benchmarks/sidebyside.py's kinds)")  # fmt: skip
     ap.add_argument("--rev", default=None, help="profile django_sqlq as of this git revision")
     a = ap.parse_args()
     if a.rev:
@@ -197,7 +215,7 @@ def main():
         if a.enqueue:
             print(profile_enqueue(db, a.n, a.top), flush=True)
         else:
-            print(profile(db, a.n, a.concurrency, a.idle, a.rate, a.top), flush=True)
+            print(profile(db, a.n, a.concurrency, a.idle, a.rate, a.top, a.kind), flush=True)
 
 
 if __name__ == "__main__":

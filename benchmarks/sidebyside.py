@@ -1,7 +1,7 @@
 """Two revisions of django_sqlq side by side: the regression guard of issue 22.
 
     benchmarks/run sidebyside --rev A --rev B [--jobs 20000] [--rounds 3] [--dbs sqlite,pg]
-                              [--failing] [--b-kind steps3] [--b-sleepers N]
+                              [--failing] [--a-kind K] [--b-kind K] [--b-sleepers N]
 
 A and B are git revisions (a commit, a branch, ``HEAD~1``...) or ``WORKTREE``, this
 checkout's django_sqlq/ as it is, uncommitted changes included (default: HEAD~1 and HEAD).
@@ -17,7 +17,10 @@ by round and engine by engine the revisions take turns, A then B, and each run i
   (of the ``failed`` jobs with ``--failing``).
 
 ``--b-kind steps3``: B's jobs are no-ops in three durable steps (``context.step()``);
-with ``--rev WORKTREE --rev WORKTREE``, B / A is what three steps cost a job (issue 25).
+with ``--rev WORKTREE --rev WORKTREE``, B / A is what three steps cost a no-op job (issue 25).
+``--a-kind writes3 --b-kind steps3w``: A's jobs write three rows, each in a transaction of
+its own; B's write the same three rows, each in a durable step: what steps cost a job that
+does work in the queue's database.
 ``--b-sleepers N``: B's database also holds N jobs asleep in a durable sleep (scheduled
 three days ahead, their steps recorded) while it drains: what they cost the claim.
 
@@ -84,6 +87,9 @@ def one(db, tree, jobs, failing=False, kind="noop", sleepers=0):
 
     if sleepers:
         _put_to_sleep(sleepers)
+    if kind in ("writes3", "steps3w"):
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE bench_write (job bigint NOT NULL, step varchar(20))")
     if failing:
         kind = "fail"
     t = time.perf_counter()
@@ -176,9 +182,9 @@ def report(results):
     name = {a["key"]: f"A `{a['label']}`", b["key"]: f"B `{b['label']}`"}
     rounds = results["rounds"]
     head = " | ".join(f"round {r + 1}" for r in range(rounds))
+    what = "failing (max_attempts=1)" if results.get("failing") else "no-op (or as labelled)"
     lines = [
-        f"`{results['command']}`: {results['jobs']:,} "
-        f"{'failing (max_attempts=1)' if results.get('failing') else 'no-op'} jobs, "
+        f"`{results['command']}`: {results['jobs']:,} {what} jobs, "
         "one `enqueue()` each in one "
         "transaction, drained by one `sqlq_worker --burst` at its defaults; jobs/s from the "
         "first `started_at` to the last `completed_at`. Floor: b100 (raw SQL, 100-row "
@@ -279,9 +285,13 @@ def main():
     ap.add_argument("--dbs", default="sqlite,pg")
     ap.add_argument("--failing", action="store_true",
                     help="jobs whose handler raises (max_attempts=1)")  # fmt: skip
-    ap.add_argument("--b-kind", default="noop", choices=["noop", "steps3"],
+    kinds = ["noop", "steps3", "writes3", "steps3w"]
+    ap.add_argument("--a-kind", default="noop", choices=kinds,
+                    help="A's jobs; writes3 = three rows, each in a transaction")  # fmt: skip
+    ap.add_argument("--b-kind", default="noop", choices=kinds,
                     help="B's jobs: steps3 = a no-op in three durable steps (with --rev "
-                    "WORKTREE --rev WORKTREE: what three steps cost)")  # fmt: skip
+                    "WORKTREE --rev WORKTREE: what three steps cost); steps3w = writes3's "
+                    "rows, each in a step")  # fmt: skip
     ap.add_argument(
         "--b-sleepers",
         type=int,
@@ -308,12 +318,13 @@ def main():
         for i, rev in enumerate(revs):
             sha, tree = common.export_tree(rev, scratch)
             label = rev if rev == "WORKTREE" or sha.startswith(rev) else f"{rev} = {sha[:12]}"
-            if i == 1 and a.b_kind != "noop":
-                label += f", {a.b_kind} jobs"
+            kind = (a.a_kind, a.b_kind)[i]
+            if kind != "noop":
+                label += f", {kind} jobs"
             if i == 1 and a.b_sleepers:
                 label += f", {a.b_sleepers:,} jobs asleep"
             trees.append({"key": "AB"[i], "rev": rev, "sha": sha, "label": label, "tree": tree,
-                          "kind": a.b_kind if i == 1 else "noop",
+                          "kind": kind,
                           "sleepers": a.b_sleepers if i == 1 else 0})  # fmt: skip
         results = {
             "started": stamp,

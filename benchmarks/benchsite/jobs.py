@@ -1,5 +1,7 @@
 """django_sqlq's handlers for the benchmark (the worker imports each app's jobs.py)."""
 
+from django.db import connection, transaction
+
 from benchsite.mark import mark_start
 from django_sqlq import handler
 
@@ -28,6 +30,28 @@ def steps3(payload, context):  # noqa: ARG001 (a task)
     """A no-op job in three durable steps (benchmarks/run sidebyside --b-kind steps3)."""
     for name in ("one", "two", "three"):
         context.step(name, _nothing)
+
+
+def _write(job, step):
+    """One row of work (sidebyside.py makes the table)."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO bench_write (job, step) VALUES (%s, %s)", [job, step])
+
+
+@handler("writes3", takes_context=True)
+def writes3(payload, context):  # noqa: ARG001 (a task)
+    """Three rows, each written in a transaction of its own: a job's three pieces of work
+    without steps (benchmarks/run sidebyside --a-kind writes3)."""
+    for name in ("one", "two", "three"):
+        with transaction.atomic():
+            _write(context.job_id, name)
+
+
+@handler("steps3w", takes_context=True)
+def steps3w(payload, context):  # noqa: ARG001 (a task)
+    """The same three rows, each written in a durable step (--b-kind steps3w)."""
+    for name in ("one", "two", "three"):
+        context.step(name, _write, context.job_id, name)
 
 
 @handler("wait_mark", takes_context=True)
