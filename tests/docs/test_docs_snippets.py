@@ -20,6 +20,12 @@ The ``python manage.py ...`` lines of a page's shell blocks are run too (``comma
 ``--burst`` added to a worker that would otherwise run until stopped.
 What the test adds to a project, after the page's settings: the database (a new one on the
 suite's engine), and ``shop`` in INSTALLED_APPS (the quick start says to add it).
+
+On PostgreSQL only the pages where the engine changes what the reader does or sees run
+(``@every_engine``: the quick start, moving to PostgreSQL, production, retention); the
+others run on SQLite, the engine a reader starts on. What a page shows of the queue (its
+calls, the worker, the commands) is tested on each engine by the feature's own tests; a
+page costs about ten processes, and running each twice cost CI two minutes.
 """
 
 from __future__ import annotations
@@ -391,11 +397,23 @@ def fresh_database(
         drop_later(name)
 
 
+#: A page whose test runs on PostgreSQL too (the module's docstring says which and why).
+every_engine = pytest.mark.every_engine
+
+
 @pytest.fixture
-def project(template: Path, tmp_path: Path, engine: str, fresh_database: str) -> Project:
+def page_engine(request: pytest.FixtureRequest, engine: str) -> str:
+    """The suite's engine, if this page runs on it (before its database is made)."""
+    if engine != "sqlite" and request.node.get_closest_marker("every_engine") is None:
+        pytest.skip("a page whose reader's path is the same on every engine runs on SQLite")
+    return engine
+
+
+@pytest.fixture
+def project(page_engine: str, template: Path, tmp_path: Path, fresh_database: str) -> Project:
     root = tmp_path / "site"
     shutil.copytree(template, root)
-    return Project(root, reader_env(), engine=engine, database=fresh_database)
+    return Project(root, reader_env(), engine=page_engine, database=fresh_database)
 
 
 # -- the pages -------------------------------------------------------------------------------
@@ -410,6 +428,7 @@ PLACE_ORDER = (
 )
 
 
+@every_engine
 def test_quickstart(project: Project) -> None:
     project.start("quickstart.md")
     project.manage("check", "--fail-level", "WARNING")
@@ -453,6 +472,7 @@ def test_recurring_jobs(project: Project) -> None:
     assert re.search(r"\b1 passed\b", out), out
 
 
+@every_engine
 def test_sqlite_to_postgresql(project: Project) -> None:
     """The quick start's project on its SQLite file, with a job waiting; then the page's
     settings move the queue to a database of its own (the test database)."""
@@ -651,6 +671,7 @@ def test_retries_priorities_scheduling(project: Project) -> None:
     assert reset.status == "completed"
 
 
+@every_engine
 def test_production(project: Project) -> None:
     """The SQLite settings the page shows (on SQLite: WAL, and auto_vacuum all the same),
     and a worker as the systemd unit starts it, in --burst."""
@@ -746,6 +767,7 @@ def test_queue_control(project: Project) -> None:
     assert project.jobs() == [("shop.send_order_confirmation", "completed")]
 
 
+@every_engine
 def test_retention(project: Project) -> None:
     """A job completed two days ago: the page's KEEP_FINISHED (completed: a day) prunes it,
     not before --dry-run has listed it; then the page's dbshell sessions."""
