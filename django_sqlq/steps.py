@@ -197,7 +197,8 @@ class Steps:
         if self._recorded is None:
             from django_sqlq.models import JobStep
 
-            rows = JobStep.objects.using(self.alias).filter(job_id=self.job_id)
+            sql = ops_for(self.alias).RECORDED_STEPS
+            rows = JobStep.objects.using(self.alias).raw(sql, [self.job_id])
             self._recorded = {row.name: row for row in rows}
         return self._recorded
 
