@@ -149,7 +149,7 @@ class Claimer:
                 # The last outcomes are written: the next turn claims once more and, finding
                 # nothing, exits (not a poll interval later: nothing wakes this thread now).
                 continue
-            context.wakeup.wait(self.wait_time(last_claim, changes.interval))
+            context.wakeup.wait(self.wait_time(last_claim, changes.interval, room=limit > 0))
             context.wakeup.clear()
 
     def limit(self) -> int:
@@ -180,10 +180,13 @@ class Claimer:
             return 0
         return min(MAX_PREFETCH, int(PREFETCH_WINDOW / max(avg_runtime, 1e-4)))
 
-    def wait_time(self, last_claim: float, longest: float) -> float:
-        """How long the loop may sleep before something is due (at most ``longest``)."""
+    def wait_time(self, last_claim: float, longest: float, *, room: bool = True) -> float:
+        """How long the loop may sleep before something is due (at most ``longest``).
+        ``room``: a claim could take a job now. Without room the next poll is not due: the
+        runners wake the loop when a slot frees (counted from the last claim, the poll
+        would be due at once, turn after turn, while a job longer than it runs)."""
         now = time.monotonic()
-        wait = max(0.0, self.context.poll_interval - (now - last_claim))
+        wait = max(0.0, self.context.poll_interval - (now - last_claim)) if room else longest
         # Wake when the next scheduled job comes due, to start it within the pickup latency.
         # (Once due, it is staged at the next claim: when a slot is free.)
         until_due = self.staging.due_at - now

@@ -82,6 +82,18 @@ def test_the_loop_sleeps_until_the_next_thing_is_due():
     assert claimer.wait_time(now, longest=60) <= FLUSH_INTERVAL
 
 
+def test_with_every_thread_busy_the_loop_does_not_spin_once_its_poll_is_overdue():
+    """A job longer than the poll interval holds the only thread: the poll, counted from
+    the last claim, is overdue, but no claim can take a job. The loop sleeps until a runner
+    wakes it (at most ``longest``), not 0 s turn after turn (a core burnt for as long as
+    the job ran, at the default POLL_INTERVAL of 1 s)."""
+    worker = Worker(poll_interval=1)
+    worker.staging.due_at = float("inf")
+    long_ago = time.monotonic() - 10
+    assert worker.claimer.wait_time(long_ago, longest=60) == 0  # with room: claim now
+    assert worker.claimer.wait_time(long_ago, longest=60, room=False) > 0.5
+
+
 def test_a_job_waiting_for_a_thread_is_given_back_by_its_hold_time():
     worker = Worker(poll_interval=5)
     worker.staging.due_at = float("inf")
