@@ -31,14 +31,14 @@ class BlockerOps(Dialect):
         ids = sorted(set(job_ids))
         for start in range(0, len(ids), IN_CHUNK):
             in_sql, params = self.in_list_sql("id", ids[start : start + IN_CHUNK], "ids")
-            with self.connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {self.table} SET waited_on = %(yes)s "
-                    f"WHERE {self.in_id_order(in_sql)} "
-                    f"RETURNING id, status, chain_id",
-                    {**params, "yes": True},
-                )
-                found.update({row[0]: (str(row[1]), row[2]) for row in cursor.fetchall()})
+            rows = self.update_returning(
+                "waited_on = %(yes)s",
+                in_sql,
+                "id, status, chain_id",
+                {**params, "yes": True},
+                lock=True,
+            )
+            found.update({row[0]: (str(row[1]), row[2]) for row in rows})
         return found
 
     def chain_last_steps(self, roots: Sequence[int]) -> dict[int, int]:
@@ -183,21 +183,22 @@ class BlockerOps(Dialect):
             blocked = f" AND {self.unindexed('status')} = 'blocked'"
             cases = " ".join(f"WHEN {int(job_id)} THEN {int(counts[job_id])}" for job_id in chunk)
             left = f"(COALESCE(blockers_left, 0) - CASE id {cases} ELSE 0 END)"
-            sql = (
-                f"UPDATE {self.table} SET blockers_left = CASE WHEN {left} > 0 THEN {left} "
-                f"ELSE NULL END, status = CASE WHEN {left} > 0 THEN 'blocked' "
+            rows = self.update_returning(
+                # The status first: it reads blockers_left, which the next assignment changes.
+                f"status = CASE WHEN {left} > 0 THEN 'blocked' "
                 f"WHEN scheduled_at > {now_sql} THEN 'scheduled' ELSE 'pending' END, "
-                f"updated_at = {now_sql} "
-                f"WHERE {self.in_id_order(in_sql + blocked)} "
-                f"RETURNING id, status, queue"
+                f"blockers_left = CASE WHEN {left} > 0 THEN {left} ELSE NULL END, "
+                f"updated_at = {now_sql}",
+                in_sql + blocked,
+                "id, status, queue",
+                {**params, "now": self.clock(now)},
+                lock=True,
             )
-            with self.connection.cursor() as cursor:
-                cursor.execute(sql, {**params, "now": self.clock(now)})
-                for job_id, status, queue in cursor.fetchall():
-                    if status != "blocked":
-                        released.append(job_id)
-                    if status == "pending":
-                        queues.append(str(queue))
+            for job_id, status, queue in rows:
+                if status != "blocked":
+                    released.append(job_id)
+                if status == "pending":
+                    queues.append(str(queue))
         return released, queues
 
     def break_blocked(
@@ -210,15 +211,15 @@ class BlockerOps(Dialect):
         now_sql = self.now_sql()
         waiting = "'blocked'" if blocked else "'blocked', 'scheduled', 'pending'"
         changed: list[tuple[int, str]] = []
-        with self.connection.cursor() as cursor:
-            for job_id, reason in sorted(reasons.items()):
-                cursor.execute(
-                    f"UPDATE {self.table} SET status = CASE WHEN dependency_policy = 'cancel' "
-                    f"THEN 'cancelled' ELSE 'failed' END, blockers_left = NULL, "
-                    f"completed_at = {now_sql}, updated_at = {now_sql}, last_error = %(error)s "
-                    f"WHERE id = %(id)s AND {self.unindexed('status')} IN ({waiting}) "
-                    f"AND COALESCE(dependency_policy, 'fail') <> 'run' RETURNING id, status",
-                    {"id": job_id, "error": reason, "now": self.clock(now)},
-                )
-                changed.extend((row[0], str(row[1])) for row in cursor.fetchall())
+        for job_id, reason in sorted(reasons.items()):
+            rows = self.update_returning(
+                "status = CASE WHEN dependency_policy = 'cancel' "
+                "THEN 'cancelled' ELSE 'failed' END, blockers_left = NULL, "
+                f"completed_at = {now_sql}, updated_at = {now_sql}, last_error = %(error)s",
+                f"id = %(id)s AND {self.unindexed('status')} IN ({waiting}) "
+                "AND COALESCE(dependency_policy, 'fail') <> 'run'",
+                "id, status",
+                {"id": job_id, "error": reason, "now": self.clock(now)},
+            )
+            changed.extend((row[0], str(row[1])) for row in rows)
         return changed

@@ -62,10 +62,7 @@ class ClaimOps(QueueRowOps):
                 caps=caps or {},
                 limits=limits or {},
             )
-        sql, params = self.claim_sql(
-            order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now
-        )
-        return self._run_claim(sql, params)
+        return self._claim_capped(order, {}, worker_id, limit, lease_seconds, now)
 
     def _run_claim(self, sql: str, params: dict[str, Any]) -> list[ClaimedJob]:
         with self.connection.cursor() as cursor:

@@ -104,6 +104,35 @@ class Dialect:
         one writer at a time): ``where`` itself."""
         return where
 
+    def update_returning(
+        self,
+        set_sql: str,
+        where: str,
+        returning: str,
+        params: dict[str, Any],
+        *,
+        table: str | None = None,
+        lock: bool = False,
+        skip_locked: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """``UPDATE table SET set_sql WHERE where RETURNING returning``: the rows it changed,
+        as ``returning`` reads them after the change. ``lock``: take the rows in id order
+        first (:meth:`in_id_order`); ``skip_locked``: leave out the rows another transaction
+        holds. ``set_sql`` never reads a column that it assigns before (engines that
+        evaluate assignments left to right, as MySQL's, would read the new value)."""
+        table = table or self.table
+        if lock or skip_locked:
+            where = self.in_id_order(where, table=table, skip_locked=skip_locked)
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET {set_sql} WHERE {where} RETURNING {returning}", params
+            )
+            return list(cursor.fetchall())
+
+    def concat_sql(self, *parts: str) -> str:
+        """SQL for the text of ``parts`` (SQL expressions) one after another."""
+        return " || ".join(parts)
+
     def raw_datetime(self, column: str) -> str:
         """``column`` (a datetime) as the driver returns it unconverted: for values that are
         only sorted, or converted once per distinct value rather than once per row."""

@@ -149,7 +149,7 @@ class InsertOps(Dialect):
         params["payloads"] = payloads_param
         with self.connection.cursor() as cursor:
             cursor.execute(self.with_notify(sql), params)
-            rows = cursor.fetchall()
+            rows = list(cursor.fetchall())
         # Ids are handed out in insertion order, which ORDER BY fixed to payload order.
         rows.sort(key=lambda row: row[0])
         # Every row of one statement shares its timestamps: convert each distinct value once.

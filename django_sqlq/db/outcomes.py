@@ -114,12 +114,9 @@ class OutcomeOps(Dialect):
             "id = %(job_id)s AND status = 'processing' AND locked_by = %(worker_id)s "
             "AND attempts = %(attempt)s"
         )
-        if skip_locked:
-            where = self.in_id_order(where, skip_locked=True)
         cancelled = "(cancel_requested_at IS NOT NULL OR %(cancel)s)"
         final = f"(%(no_retry)s OR {cancelled})"
-        sql = (
-            f"UPDATE {self.table} SET "
+        set_sql = (
             f"status = CASE WHEN {cancelled} THEN 'cancelled' WHEN {final} THEN 'failed' "
             f"WHEN {self.float_param_sql('retry_in')} > 0 THEN 'scheduled' ELSE 'pending' END, "
             f"scheduled_at = CASE WHEN {final} THEN scheduled_at "
@@ -127,8 +124,7 @@ class OutcomeOps(Dialect):
             f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
             f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
             f"last_error = %(error)s, errors = {self.append_error_sql('error_entry')}, "
-            f"lease_expires_at = NULL, updated_at = {now_sql} "
-            f"WHERE {where} RETURNING status"
+            f"lease_expires_at = NULL, updated_at = {now_sql}"
         )
         params = {
             "no_retry": retry_in is None,
@@ -141,10 +137,8 @@ class OutcomeOps(Dialect):
             "worker_id": worker_id,
             "attempt": attempt,
         }
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        return None if row is None else str(row[0])
+        rows = self.update_returning(set_sql, where, "status", params, skip_locked=skip_locked)
+        return str(rows[0][0]) if rows else None
 
     def suspend(
         self,
@@ -169,18 +163,14 @@ class OutcomeOps(Dialect):
             "id = %(job_id)s AND status = 'processing' AND locked_by = %(worker_id)s "
             "AND attempts = %(attempt)s"
         )
-        if skip_locked:
-            where = self.in_id_order(where, skip_locked=True)
         cancelled = "cancel_requested_at IS NOT NULL"
-        sql = (
-            f"UPDATE {self.table} SET "
+        set_sql = (
             f"status = CASE WHEN {cancelled} THEN 'cancelled' ELSE 'scheduled' END, "
             f"scheduled_at = CASE WHEN {cancelled} THEN scheduled_at ELSE %(until)s END, "
             f"completed_at = CASE WHEN {cancelled} THEN {now_sql} ELSE NULL END, "
             f"attempts = CASE WHEN {cancelled} THEN attempts ELSE attempts - 1 END, "
             f"locked_by = CASE WHEN {cancelled} THEN locked_by ELSE '' END, "
-            f"lease_expires_at = NULL, updated_at = {now_sql} "
-            f"WHERE {where} RETURNING status"
+            f"lease_expires_at = NULL, updated_at = {now_sql}"
         )
         params = {
             "now": self.clock(now),
@@ -189,21 +179,22 @@ class OutcomeOps(Dialect):
             "worker_id": worker_id,
             "attempt": attempt,
         }
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-            if row is None:
-                return None
-            status = str(row[0])
-            if wait_key is not None and status == "scheduled":
-                cursor.execute(
-                    f"UPDATE {self.table} SET status = 'pending', scheduled_at = {now_sql}, "
-                    f"updated_at = {now_sql} WHERE id = %(job_id)s AND status = 'scheduled' "
-                    "AND EXISTS (SELECT 1 FROM sqlq_event WHERE key = %(key)s) RETURNING status",
-                    {"now": self.clock(now), "job_id": job_id, "key": wait_key},
-                )
-                if cursor.fetchone() is not None:
-                    status = "pending"
+        rows = self.update_returning(set_sql, where, "status", params, skip_locked=skip_locked)
+        if not rows:
+            return None
+        status = str(rows[0][0])
+        if (
+            wait_key is not None
+            and status == "scheduled"
+            and self.update_returning(
+                f"status = 'pending', scheduled_at = {now_sql}, updated_at = {now_sql}",
+                "id = %(job_id)s AND status = 'scheduled' "
+                "AND EXISTS (SELECT 1 FROM sqlq_event WHERE sqlq_event.key = %(key)s)",
+                "status",
+                {"now": self.clock(now), "job_id": job_id, "key": wait_key},
+            )
+        ):
+            status = "pending"
         return status
 
     def wake_waiters(self, key: str, payload: str, *, now: datetime | None = None) -> list[str]:
@@ -214,29 +205,29 @@ class OutcomeOps(Dialect):
         for the transaction that is putting it to sleep, then finds it scheduled (see
         :meth:`suspend`). Returns the woken jobs' queues."""
         now_sql = self.now_sql()
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE sqlq_job_step SET state = 'done', result = "
-                f"{self.json_param_sql('payload')}, updated_at = {now_sql} "
-                "WHERE wait_key = %(key)s AND state = 'waiting' RETURNING job_id",
-                {"now": self.clock(now), "key": key, "payload": payload},
-            )
-            job_ids = sorted({int(row[0]) for row in cursor.fetchall()})
-            if not job_ids:
-                return []
-            in_sql, in_params = self.in_list_sql("id", job_ids, "ids")
-            asleep = "status = 'scheduled'"
-            cursor.execute(
-                f"UPDATE {self.table} SET "
-                f"status = CASE WHEN {asleep} THEN 'pending' ELSE status END, "
-                f"scheduled_at = CASE WHEN {asleep} THEN {now_sql} ELSE scheduled_at END, "
-                f"updated_at = {now_sql} "
-                "WHERE "
-                + self.in_id_order(f"{in_sql} AND status IN ('scheduled', 'processing')")
-                + " RETURNING queue, status",
-                {"now": self.clock(now), **in_params},
-            )
-            return [str(queue) for queue, status in cursor.fetchall() if status == "pending"]
+        rows = self.update_returning(
+            f"state = 'done', result = {self.json_param_sql('payload')}, updated_at = {now_sql}",
+            "wait_key = %(key)s AND state = 'waiting'",
+            "job_id",
+            {"now": self.clock(now), "key": key, "payload": payload},
+            table="sqlq_job_step",
+        )
+        job_ids = sorted({int(row[0]) for row in rows})
+        if not job_ids:
+            return []
+        in_sql, in_params = self.in_list_sql("id", job_ids, "ids")
+        asleep = "status = 'scheduled'"
+        rows = self.update_returning(
+            # scheduled_at first: it reads the status this changes.
+            f"scheduled_at = CASE WHEN {asleep} THEN {now_sql} ELSE scheduled_at END, "
+            f"status = CASE WHEN {asleep} THEN 'pending' ELSE status END, "
+            f"updated_at = {now_sql}",
+            f"{in_sql} AND status IN ('scheduled', 'processing')",
+            "queue, status",
+            {"now": self.clock(now), **in_params},
+            lock=True,
+        )
+        return [str(queue) for queue, status in rows if status == "pending"]
 
     def release(
         self, job_ids: Sequence[int], *, worker_id: str, now: datetime | None = None

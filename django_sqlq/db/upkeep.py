@@ -59,33 +59,32 @@ class UpkeepOps(Dialect):
         spent). Returns (id, type, new status, attempts, queue) for each."""
         now_sql = self.now_sql()
         spent = "attempts >= max_attempts"
-        message = (
-            "'Lease expired: worker ' || locked_by || ' stopped renewing it during attempt ' "
-            "|| attempts || ' (killed, crashed, frozen or cut off from the database).'"
+        message = self.concat_sql(
+            "'Lease expired: worker '",
+            "locked_by",
+            "' stopped renewing it during attempt '",
+            "attempts",
+            "' (killed, crashed, frozen or cut off from the database).'",
         )
         # A job whose cancel was requested is cancelled, not run again.
         cancelled = "cancel_requested_at IS NOT NULL"
         final = f"({spent} OR {cancelled})"
-        sql = (
-            f"UPDATE {self.table} SET "
+        rows = self.update_returning(
+            # The error first: it reads locked_by, which the last assignment changes.
+            f"last_error = {message}, errors = {self.lease_error_sql()}, "
             f"status = CASE WHEN {cancelled} THEN 'cancelled' WHEN {spent} THEN 'failed' "
             f"ELSE 'pending' END, "
             f"completed_at = CASE WHEN {final} THEN {now_sql} ELSE NULL END, "
-            f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END, "
-            f"last_error = {message}, "
-            f"errors = {self.lease_error_sql()}, "
-            f"lease_expires_at = NULL, updated_at = {now_sql} "
+            f"lease_expires_at = NULL, updated_at = {now_sql}, "
+            f"locked_by = CASE WHEN {final} THEN locked_by ELSE '' END",
             # A processing row without a lease was set so by hand: nobody renews it either.
-            "WHERE "
-            + self.in_id_order(
-                f"status = 'processing' "
-                f"AND (lease_expires_at < {now_sql} OR lease_expires_at IS NULL)"
-            )
-            + " RETURNING id, type, status, attempts, queue"
+            f"status = 'processing' "
+            f"AND (lease_expires_at < {now_sql} OR lease_expires_at IS NULL)",
+            "id, type, status, attempts, queue",
+            {"now": self.clock(now)},
+            lock=True,
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": self.clock(now)})
-            return [(row[0], row[1], row[2], row[3], row[4]) for row in cursor.fetchall()]
+        return [(row[0], row[1], row[2], row[3], row[4]) for row in rows]
 
     def lease_error_sql(self) -> str:
         raise NotImplementedError
