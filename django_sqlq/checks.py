@@ -4,6 +4,8 @@
 - E002: ``SQLQ["DATABASE"]`` names no configured database.
 - E003: the queue database's engine is not supported.
 - E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
+- E005: the ``mysql`` engine's server is MySQL, or MariaDB older than 10.11.
+- E006: the MariaDB queue database's isolation level is not READ COMMITTED.
 - W001: the SQLite queue database is not in WAL mode.
 - W002: the SQLite queue database has no ``auto_vacuum = INCREMENTAL`` (a file created
   before django_sqlq set it): pruned jobs' pages are reused, but the file never shrinks.
@@ -31,6 +33,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 from django_sqlq import registry, schedules
 from django_sqlq.conf import get_settings
 from django_sqlq.db import supported, vendor
+from django_sqlq.db.mysql import MIN_MARIADB_VERSION
 from django_sqlq.db.postgresql import server_identity
 from django_sqlq.db.sqlite import AUTO_VACUUM_MODES, pragma
 from django_sqlq.exceptions import ConfigurationError
@@ -70,7 +73,7 @@ def check_settings(
             Error(
                 f"The queue database {conf.DATABASE!r} uses the {vendor(conf.DATABASE)!r} "
                 "engine, which django_sqlq does not support yet.",
-                hint="Use SQLite or PostgreSQL for SQLQ['DATABASE'].",
+                hint="Use SQLite, PostgreSQL or MariaDB for SQLQ['DATABASE'].",
                 id="django_sqlq.E003",
             )
         ]
@@ -84,9 +87,46 @@ def check_settings(
                 id="django_sqlq.E004",
             )
         )
+    if vendor(conf.DATABASE) == "mysql":
+        messages.extend(_check_mysql(conf.DATABASE))
     messages.extend(_check_routing(conf.DATABASE))
     messages.extend(_check_listen_alias(conf.DATABASE, conf.LISTEN_DATABASE))
     messages.extend(_check_schedules())
+    return messages
+
+
+def _check_mysql(alias: str) -> list[CheckMessage]:
+    """E005: the ``mysql`` engine is MySQL rather than MariaDB, or a MariaDB older than the
+    dialect needs; E006: the connection's isolation level is not READ COMMITTED (at
+    REPEATABLE READ a locking read takes gap locks, and enqueues deadlock with claims)."""
+    connection: Any = connections[alias]
+    messages: list[CheckMessage] = []
+    level = connection.settings_dict.get("OPTIONS", {}).get("isolation_level")
+    if level is not None and str(level).lower() != "read committed":
+        messages.append(
+            Error(
+                f"The queue database {alias!r} sets isolation_level {level!r}: django_sqlq "
+                "needs 'read committed' on MariaDB (Django's default for the mysql backend).",
+                hint="Remove OPTIONS['isolation_level'], or set it to 'read committed'.",
+                id="django_sqlq.E006",
+            )
+        )
+    try:
+        mariadb = connection.mysql_is_mariadb
+        version = connection.mysql_version
+    except Exception:  # no server to ask now: the worker's first statement will say
+        return messages
+    if not mariadb or version < MIN_MARIADB_VERSION:
+        found = f"{'MariaDB' if mariadb else 'MySQL'} {'.'.join(map(str, version))}"
+        messages.append(
+            Error(
+                f"The queue database {alias!r} is {found}: django_sqlq supports MariaDB "
+                f"{'.'.join(map(str, MIN_MARIADB_VERSION))} and later on the mysql engine "
+                "(MySQL has no INSERT ... RETURNING).",
+                hint="Use MariaDB 10.11+, PostgreSQL or SQLite for SQLQ['DATABASE'].",
+                id="django_sqlq.E005",
+            )
+        )
     return messages
 
 

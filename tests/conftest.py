@@ -48,14 +48,78 @@ PROCESS_MODULES = (
 )
 
 
+# MariaDB (issue 24, in progress): the tests that start real processes run there from these
+# folders so far; the others' processes have not been tried on it yet.
+MARIADB_PROCESS_DIRS = ("worker", "enqueue", "control")
+
+# Tests that do not pass on MariaDB yet, with why: each is a piece of issue 24 still to do (or
+# a test that reads another engine's query plans and needs MariaDB's). A prefix of node ids.
+MARIADB_PENDING = {
+    "tests/db/test_db.py::test_claim_is_one_update_returning": "MariaDB's claim is a "
+    "locking read and an UPDATE (no UPDATE ... RETURNING); its statement count is to write",
+    "tests/db/test_db.py::test_completing_a_batch": "the completion's plan and statements "
+    "on MariaDB are to check",
+    "tests/db/test_db.py::test_the_workers_claim_reads_its_index_in_order": "EXPLAIN of "
+    "MariaDB's claim is to read",
+    "tests/db/test_statement_count.py": "the plain drain's statements on MariaDB are to count",
+    "tests/admin/test_admin.py::test_the_list_reads_the_head_of_the_error": "EXPLAIN on MariaDB",
+    "tests/admin/test_admin.py::test_throughput_reads_the_finished_index": "EXPLAIN on MariaDB",
+    "tests/admin/test_admin.py::test_the_job_page_shows_a_payload_and_result_nested_as_deep": (
+        "MariaDB's JSON_VALID refuses nesting deeper than 32 levels: enqueue must say so"
+    ),
+    "tests/admin/test_workflows.py::test_the_chain_page_reads_a_bounded": "EXPLAIN on MariaDB",
+    "tests/admin/test_workflows.py::test_blocked_jobs_are_counted_by_primary_key": "EXPLAIN",
+    "tests/admin/test_steps_admin.py::test_the_dashboard_count_is_one_query": "quoting in "
+    "the expected SQL",
+    "tests/retention/test_retention.py::test_the_pruning_batch_reads_the_finished_index": (
+        "EXPLAIN on MariaDB"
+    ),
+    "tests/control/test_cancel.py::test_the_cancel_requests_query_probes_the_partial_index": (
+        "MariaDB reads the status-led index, not a partial one"
+    ),
+    "tests/control/test_lifecycle.py::test_heartbeat_extends_all_leases_in_one_statement": (
+        "MariaDB's heartbeat is a locking read and an UPDATE"
+    ),
+    "tests/worker/test_outcomes.py::test_a_batch_never_waits_for_a_job_while_it_holds": (
+        "the test's lock timeout is PostgreSQL's"
+    ),
+    "tests/worker/test_completer.py::test_a_refused_completion": "the refusing trigger is to "
+    "write in MariaDB's dialect",
+    "tests/worker/test_completer.py::test_the_outcomes_written_before_a_refused": "the "
+    "refusing trigger is to write in MariaDB's dialect",
+    "tests/commands/test_checks.py::test_listen_alias_of_another_database": "LISTEN is "
+    "PostgreSQL's; the test's expectation is to write for MariaDB",
+    "tests/enqueue/test_unique_adversary.py::test_workers_enqueuers_and_the_admin": "a "
+    "deadlock (1213) between a unique enqueue and a completion: to retry or avoid",
+    "tests/enqueue/test_unique_adversary.py::test_two_batches_with_the_same_keys_in_opposite": (
+        "two unique bulk enqueues racing: MariaDB error 1467 (auto-increment) to understand"
+    ),
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     processes = pytest.mark.processes
+    mariadb = os.environ.get("SQLQ_TEST_ENGINE") == "mysql"
     for item in items:
-        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(
+        in_process = PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(
             item.path.match(pattern) for pattern in PROCESS_MODULES
-        ):
+        )
+        if in_process:
             item.add_marker(processes)
+        if mariadb:
+            _mark_mariadb_pending(item, bool(in_process))
+
+
+def _mark_mariadb_pending(item: pytest.Item, in_process: bool) -> None:
+    """Skip, on MariaDB, what issue 24 has not brought there yet (and say what)."""
+    for prefix, why in MARIADB_PENDING.items():
+        if item.nodeid.startswith(prefix):
+            item.add_marker(pytest.mark.skip(reason=f"MariaDB, pending: {why}"))
+            return
+    parts = item.nodeid.split("/")
+    if in_process and (len(parts) < 3 or parts[1] not in MARIADB_PROCESS_DIRS):
+        item.add_marker(pytest.mark.skip(reason="MariaDB: processes not tried here yet"))
 
 
 class _Shard:
@@ -303,6 +367,8 @@ def pg_params() -> dict[str, Any]:
 def fresh_database(engine: str, tmp_path: Path) -> Iterator[str]:
     """A new, empty database on the suite's engine: a file path (SQLite) or a database name
     (PostgreSQL, dropped afterwards)."""
+    if engine == "mysql":
+        pytest.skip("MariaDB, pending: the fresh-database projects' settings (issue 24)")
     if engine == "sqlite":
         yield str(tmp_path / "fresh.sqlite3")
         return

@@ -1,5 +1,5 @@
 """One settings module for the whole suite. ``SQLQ_TEST_ENGINE`` picks the engine:
-``sqlite`` (a file in WAL mode, the default) or ``postgresql``."""
+``sqlite`` (a file in WAL mode, the default), ``postgresql`` or ``mysql`` (MariaDB)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,20 @@ if ENGINE == "postgresql":
         "default": {**_pg, "NAME": _db, "TEST": {"NAME": f"test_sqlq_{_run}"}},
         "other": {**_pg, "NAME": _db, "TEST": {"NAME": f"test_sqlq_other_{_run}"}},
     }
+elif ENGINE == "mysql":
+    _my = {
+        "ENGINE": "django.db.backends.mysql",
+        "HOST": os.environ.get("SQLQ_TEST_MYSQL_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("SQLQ_TEST_MYSQL_PORT", "3306"),
+        "USER": os.environ.get("SQLQ_TEST_MYSQL_USER", "root"),
+        "PASSWORD": os.environ.get("SQLQ_TEST_MYSQL_PASSWORD", ""),
+        "OPTIONS": {"charset": "utf8mb4"},
+    }
+    _run = os.environ.setdefault("SQLQ_TEST_RUN_ID", f"{os.getpid()}")
+    DATABASES = {
+        "default": {**_my, "NAME": "test", "TEST": {"NAME": f"test_sqlq_{_run}"}},
+        "other": {**_my, "NAME": "test", "TEST": {"NAME": f"test_sqlq_other_{_run}"}},
+    }
 elif ENGINE == "sqlite":
     DATABASES = {
         "default": {
@@ -55,7 +69,7 @@ elif ENGINE == "sqlite":
         },
     }
 else:  # pragma: no cover
-    raise RuntimeError(f"SQLQ_TEST_ENGINE must be sqlite or postgresql, not {ENGINE!r}")
+    raise RuntimeError(f"SQLQ_TEST_ENGINE must be sqlite, postgresql or mysql, not {ENGINE!r}")
 
 if os.environ.get("SQLQ_TEST_USE_TEST_DB"):
     # Worker processes started by the tests talk to the databases the test run created.

@@ -21,13 +21,18 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_sqlq.conf import get_settings
 from django_sqlq.db.base import QueueOps
+from django_sqlq.db.mysql import MySQLOps
 from django_sqlq.db.postgresql import PostgreSQLOps
 from django_sqlq.db.sqlite import SQLiteOps, configure
 
 __all__ = ["QueueOps", "configure_connection", "is_transient", "ops_for"]
 
 #: The queue operations of each supported engine, by ``connection.vendor``.
-ENGINES: dict[str, type[QueueOps]] = {"sqlite": SQLiteOps, "postgresql": PostgreSQLOps}
+ENGINES: dict[str, type[QueueOps]] = {
+    "sqlite": SQLiteOps,
+    "postgresql": PostgreSQLOps,
+    "mysql": MySQLOps,
+}
 
 
 def _ops_class(vendor: str) -> type[QueueOps]:
@@ -36,7 +41,7 @@ def _ops_class(vendor: str) -> type[QueueOps]:
     except KeyError:
         raise NotImplementedError(
             f"django_sqlq does not support the {vendor!r} database engine yet "
-            "(SQLite and PostgreSQL are supported)."
+            "(SQLite, PostgreSQL and MariaDB are supported)."
         ) from None
 
 
@@ -73,25 +78,36 @@ def is_transient(exc: BaseException) -> bool:
     if not isinstance(exc, OperationalError):
         return False
     message = str(exc).lower()
-    return not ("no such table" in message or "does not exist" in message)
+    return not (
+        "no such table" in message or "does not exist" in message or "doesn't exist" in message
+    )
 
 
 #: SQLSTATEs of a statement that lost a race for row locks, which a new try can win:
 #: deadlock_detected, lock_not_available, serialization_failure.
 LOCK_CONFLICTS = frozenset({"40P01", "55P03", "40001"})
+#: MySQL/MariaDB error numbers of the same: ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT.
+MYSQL_LOCK_CONFLICTS = frozenset({1213, 1205})
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
     """True when the database failed a statement to break a deadlock (or a lock wait)."""
     cause = exc.__cause__
     code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    return code in LOCK_CONFLICTS
+    if code in LOCK_CONFLICTS:
+        return True
+    args: tuple[Any, ...] = getattr(cause, "args", None) or exc.args
+    return bool(args) and args[0] in MYSQL_LOCK_CONFLICTS
 
 
 def is_missing_table(exc: BaseException) -> bool:
     """True when the jobs table is not there: ``migrate`` has not been run."""
     message = str(exc).lower()
-    return "no such table" in message or ("does not exist" in message and "relation" in message)
+    return (
+        "no such table" in message
+        or ("does not exist" in message and "relation" in message)
+        or ("doesn't exist" in message and "table" in message)  # MariaDB: 1146
+    )
 
 
 def in_raw_transaction(connection: BaseDatabaseWrapper) -> bool:

@@ -35,6 +35,13 @@ def literals(values: Sequence[str]) -> str:
     return ", ".join(f"'{value}'" for value in values)
 
 
+def named_in_list(column: str, values: Sequence[Any], name: str) -> tuple[str, dict[str, Any]]:
+    """``column IN (%(name_0)s, %(name_1)s, ...)`` and its parameters: one per value."""
+    params = {f"{name}_{index}": value for index, value in enumerate(values)}
+    placeholders = ", ".join(f"%({key})s" for key in params)
+    return f"{column} IN ({placeholders})", params
+
+
 class Dialect:
     """The connection, the jobs table, and the SQL fragments each engine writes its way."""
 
@@ -128,6 +135,16 @@ class Dialect:
                 f"UPDATE {table} SET {set_sql} WHERE {where} RETURNING {returning}", params
             )
             return list(cursor.fetchall())
+
+    def update_rows(
+        self, set_sql: str, where: str, params: dict[str, Any], *, skip_locked: bool = False
+    ) -> int:
+        """``UPDATE`` the jobs ``where`` picks, taken in id order (:meth:`in_id_order`);
+        ``skip_locked``: but those another transaction holds. Returns how many changed."""
+        where = self.in_id_order(where, skip_locked=skip_locked)
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {self.table} SET {set_sql} WHERE {where}", params)
+            return int(cursor.rowcount)
 
     def concat_sql(self, *parts: str) -> str:
         """SQL for the text of ``parts`` (SQL expressions) one after another."""

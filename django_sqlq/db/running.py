@@ -38,13 +38,9 @@ class RunningOps(Dialect):
         # A row another transaction holds (an enqueue marking it waited for, an operator)
         # is renewed by the next beat: the heartbeat never waits, so it never holds this
         # worker's other rows while it does.
-        sql = (
-            f"UPDATE {self.table} SET lease_expires_at = {self.later_sql('lease')} "
-            f"WHERE {self.in_id_order(where, skip_locked=True)}"
+        return self.update_rows(
+            f"lease_expires_at = {self.later_sql('lease')}", where, params, skip_locked=True
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return int(cursor.rowcount)
 
     def cancel_requests(self, *, worker_id: str) -> list[int]:
         """The ids of the jobs this worker runs whose cancel was requested: one probe of the

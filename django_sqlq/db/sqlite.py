@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_sqlq.conf import DEFAULT_SQLITE_PRAGMAS, get_settings
 from django_sqlq.db.base import QueueOps
-from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
+from django_sqlq.db.dialect import MAX_ERROR_ENTRIES, named_in_list
 from django_sqlq.db.outcomes import Finished
 from django_sqlq.db.queue_rows import read_starts
 
@@ -190,9 +190,7 @@ class SQLiteOps(QueueOps):
     def in_list_sql(
         self, column: str, values: Sequence[Any], name: str
     ) -> tuple[str, dict[str, Any]]:
-        params = {f"{name}_{index}": value for index, value in enumerate(values)}
-        placeholders = ", ".join(f"%({key})s" for key in params)
-        return f"{column} IN ({placeholders})", params
+        return named_in_list(column, values, name)
 
     def unindexed(self, column: str) -> str:
         # Unary + keeps SQLite from scanning the status index for every row of the batch;

@@ -100,3 +100,45 @@ def test_listen_alias_of_another_database_is_an_error(engine):
         assert ids(run_checks()) == set()
         messages = run_checks(databases=["default", "other"])
         assert ids(messages) == {"django_sqlq.E022"}
+
+
+# -- MariaDB (issue 24) --------------------------------------------------------------------
+
+
+def _mariadb(engine: str) -> None:
+    if engine != "mysql":
+        pytest.skip("the mysql engine's checks")
+
+
+def test_mariadb_passes_without_django_s_partial_index_warnings(engine):
+    """Django warns that MariaDB ignores conditional indexes and constraints (W036, W037):
+    not for django_sqlq's models, whose MariaDB shapes migration 0015 makes."""
+    _mariadb(engine)
+    messages = run_checks(databases=["default"])
+    assert ids(messages) == set()
+    assert not [m for m in messages if m.id in ("models.W036", "models.W037")]
+
+
+def test_mariadb_at_repeatable_read_is_e006(engine, monkeypatch):
+    _mariadb(engine)
+    options = connections["default"].settings_dict["OPTIONS"]
+    monkeypatch.setitem(options, "isolation_level", "repeatable read")
+    messages = run_checks()
+    assert ids(messages) == {"django_sqlq.E006"}
+    assert "read committed" in next(m.msg for m in messages if m.id == "django_sqlq.E006")
+    monkeypatch.setitem(options, "isolation_level", "read committed")
+    assert ids(run_checks()) == set()
+
+
+@pytest.mark.parametrize(
+    ("mariadb", "version"), [(True, (10, 6, 21)), (False, (8, 4, 3))], ids=["old", "mysql"]
+)
+def test_mysql_or_an_old_mariadb_is_e005(engine, monkeypatch, mariadb, version):
+    _mariadb(engine)
+    connection = connections["default"]
+    monkeypatch.setattr(connection, "mysql_is_mariadb", mariadb, raising=False)
+    monkeypatch.setattr(connection, "mysql_version", version, raising=False)
+    messages = run_checks()
+    assert ids(messages) == {"django_sqlq.E005"}
+    found = next(m.msg for m in messages if m.id == "django_sqlq.E005")
+    assert ("MariaDB 10.6.21" if mariadb else "MySQL 8.4.3") in found

@@ -1,0 +1,488 @@
+"""MariaDB (10.6 and later): the queue on the database Django's ``mysql`` backend talks to.
+
+MariaDB has ``INSERT ... RETURNING`` and ``DELETE ... RETURNING`` but no ``UPDATE ...
+RETURNING`` (before 13.0), no partial indexes and no LISTEN. So, where the other engines
+write one statement:
+
+- an UPDATE that returns its rows (:meth:`MySQLOps.update_returning`) is one short
+  transaction: ``SELECT ... ORDER BY id FOR UPDATE [SKIP LOCKED]`` picks and locks the rows,
+  ``UPDATE ... WHERE id IN (...)`` changes them by primary key, and a read by primary key
+  returns them. The claim and the completion, on every job's path, read what they return
+  with the lock and patch it in memory: two statements and the commit.
+- Locks are taken at READ COMMITTED, Django's default for this backend (``checks.py``
+  refuses another level): a locking read takes no gap locks there, so an enqueue never waits
+  for a claim (the gap-lock deadlocks of the anchors' issue trackers).
+- The indexes a partial index serves elsewhere are composite indexes led by ``status`` here,
+  and the live jobs' unique key is a generated column that is NULL unless the job is live,
+  with a unique index (migration ``0015_mariadb_shapes``).
+- An idle worker checks the newest job id every few milliseconds (one probe of the primary
+  key's end) instead of listening.
+
+MySQL 8 has no RETURNING at all: it is refused (``checks.py``) until it has a dialect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from django_sqlq.db.base import QueueOps
+from django_sqlq.db.columns import ClaimedJob
+from django_sqlq.db.dialect import MAX_ERROR_ENTRIES, named_in_list
+from django_sqlq.db.insert import RECENTLY_FINISHED_SQL
+from django_sqlq.db.outcomes import Finished
+from django_sqlq.db.queue_rows import read_starts
+
+#: The oldest MariaDB the dialect supports: ``SKIP LOCKED`` (10.6), ``INSERT ... RETURNING``
+#: (10.5), ``RANDOM_BYTES`` (10.10 for the UUIDs) and ``JSON_TABLE`` (10.6).
+MIN_MARIADB_VERSION = (10, 11)
+
+#: How often an idle worker looks for new jobs (seconds): one probe of the primary key.
+CHANGE_CHECK_INTERVAL = 0.01
+
+_NOW_UTC = "COALESCE(CAST(%(now)s AS DATETIME(6)), UTC_TIMESTAMP(6))"
+_NOW_LOCAL = "COALESCE(CAST(%(now)s AS DATETIME(6)), NOW(6))"
+
+
+def _now() -> str:
+    # The columns hold UTC under USE_TZ (Django's MySQL backend converts in Python), else
+    # the wall time of the session's time zone.
+    return _NOW_UTC if settings.USE_TZ else _NOW_LOCAL
+
+
+# A version 7 UUID (as models.new_uuid), per row: the time in milliseconds (48 bits), the
+# version nibble 7, then 72 random bits (RANDOM_BYTES: the server's strong randomness) with
+# the variant nibble (8-b, two bits of RAND()) after the first 12. MariaDB's UUID type takes
+# the 32 hex digits.
+_UUID7 = (
+    "CAST(CONCAT(LPAD(HEX(FLOOR(UNIX_TIMESTAMP(SYSDATE(6)) * 1000)), 12, '0'), '7', "
+    "INSERT(HEX(RANDOM_BYTES(9)), 4, 0, ELT(1 + FLOOR(RAND() * 4), '8', '9', 'a', 'b'))) "
+    "AS UUID)"
+)
+
+
+def _keep_last(json_list: str) -> str:
+    # One entry is appended at a time, so at most one falls off the front.
+    return (
+        f"(CASE WHEN JSON_LENGTH({json_list}) > {MAX_ERROR_ENTRIES} "
+        f"THEN JSON_REMOVE({json_list}, '$[0]') ELSE {json_list} END)"
+    )
+
+
+def _append(entry: str) -> str:
+    return _keep_last(f"JSON_ARRAY_APPEND(COALESCE(errors, '[]'), '$', JSON_COMPACT({entry}))")
+
+
+class MySQLClaimOps(QueueOps):
+    """MariaDB's fragments, its UPDATE that returns rows, and the claim."""
+
+    # -- the fragments every statement uses (dialect.py) -----------------------------------
+
+    def now_sql(self) -> str:
+        return _now()
+
+    def later_sql(self, seconds: str) -> str:
+        return f"({_now()} + INTERVAL CAST(ROUND(%({seconds})s * 1000000) AS SIGNED) MICROSECOND)"
+
+    def uuid_sql(self) -> str:
+        return _UUID7
+
+    def append_error_sql(self, entry: str) -> str:
+        return _append(f"%({entry})s")
+
+    def concat_sql(self, *parts: str) -> str:
+        return f"CONCAT({', '.join(parts)})"
+
+    def in_list_sql(
+        self, column: str, values: Sequence[Any], name: str
+    ) -> tuple[str, dict[str, Any]]:
+        return named_in_list(column, values, name)
+
+    def skip_locked(self) -> str:
+        return " FOR UPDATE SKIP LOCKED"
+
+    def update_returning(
+        self,
+        set_sql: str,
+        where: str,
+        returning: str,
+        params: dict[str, Any],
+        *,
+        table: str | None = None,
+        lock: bool = False,  # noqa: ARG002 (the rows are always locked first, in id order)
+        skip_locked: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        table = table or self.table
+        skip = " SKIP LOCKED" if skip_locked else ""
+        with (
+            transaction.atomic(using=self.connection.alias, savepoint=False),
+            self.connection.cursor() as cursor,
+        ):
+            cursor.execute(
+                f"SELECT id FROM {table} WHERE {where} ORDER BY id FOR UPDATE{skip}", params
+            )
+            ids = [int(row[0]) for row in cursor.fetchall()]
+            if not ids:
+                return []
+            listed = ", ".join(map(str, ids))
+            cursor.execute(f"UPDATE {table} SET {set_sql} WHERE id IN ({listed})", params)
+            cursor.execute(
+                f"SELECT {returning} FROM {table} WHERE id IN ({listed}) ORDER BY id", params
+            )
+            return list(cursor.fetchall())
+
+    def take_write_lock(self) -> None:
+        """Nothing: MariaDB's writers lock rows, not the database."""
+
+    # -- the claim (claim.py, queue_rows.py) -----------------------------------------------
+
+    def claim_sql(
+        self,
+        queues: Sequence[str],
+        *,
+        worker_id: str,  # noqa: ARG002 (the UPDATE that follows writes it)
+        limit: int,
+        lease_seconds: float,  # noqa: ARG002
+        now: datetime | None = None,
+        caps: Mapping[str, int] | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The first queue's locking read, as :meth:`_claim_rows` runs it (tests EXPLAIN it)."""
+        sql, params = self._pick_sql(queues[0], (caps or {}).get(queues[0], limit))
+        return sql, {"now": self.clock(now), **params}
+
+    def _pick_sql(self, queue: str, limit: int) -> tuple[str, dict[str, Any]]:
+        # The claim index (status, queue, priority DESC, scheduled_at, id), read in its
+        # order from the queue's first runnable row: nothing is sorted however deep the
+        # backlog. SKIP LOCKED passes over rows other workers are claiming.
+        columns = ", ".join(ClaimedJob._fields)
+        sql = (
+            f"SELECT {columns} FROM {self.table} WHERE status = 'pending' AND queue = %(queue)s "
+            f"AND scheduled_at <= {_now()} ORDER BY priority DESC, scheduled_at, id "
+            f"LIMIT {int(limit)} FOR UPDATE SKIP LOCKED"
+        )
+        return sql, {"queue": queue}
+
+    def _claim_capped(
+        self,
+        order: Sequence[str],
+        caps: dict[str, int],
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None,
+    ) -> list[ClaimedJob]:
+        return self._claim_rows(order, caps, worker_id, limit, lease_seconds, now)
+
+    def _claim_rows(
+        self,
+        order: Sequence[str],
+        caps: Mapping[str, int],
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None,
+    ) -> list[ClaimedJob]:
+        # One transaction: each queue's locking read in turn until the batch is full, then
+        # one UPDATE by primary key. The rows are returned as read, one attempt more.
+        clock = self.clock(now)
+        rows: list[tuple[Any, ...]] = []
+        with (
+            transaction.atomic(using=self.connection.alias, savepoint=False),
+            self.connection.cursor() as cursor,
+        ):
+            for queue in order:
+                room = min(limit - len(rows), caps.get(queue, limit))
+                if room <= 0:
+                    if len(rows) >= limit:
+                        break
+                    continue
+                sql, params = self._pick_sql(queue, room)
+                cursor.execute(sql, {"now": clock, **params})
+                rows.extend(cursor.fetchall())
+            if not rows:
+                return []
+            now_sql = _now()
+            cursor.execute(
+                f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
+                f"locked_by = %(worker_id)s, locked_at = {now_sql}, started_at = {now_sql}, "
+                f"lease_expires_at = {self.later_sql('lease')}, updated_at = {now_sql} "
+                f"WHERE id IN ({', '.join(str(int(row[0])) for row in rows)})",
+                {"worker_id": worker_id, "now": clock, "lease": lease_seconds},
+            )
+        attempts = ClaimedJob._fields.index("attempts")
+        jobs = [
+            ClaimedJob._make((*row[:attempts], row[attempts] + 1, *row[attempts + 1 :]))
+            for row in rows
+        ]
+        jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
+        return jobs
+
+    def epoch_sql(self) -> str:
+        return f"(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {_now()}) / 1000000.0)"
+
+    def lock_queue_rows(
+        self, names: Sequence[str], *, now: datetime | None = None
+    ) -> tuple[dict[str, list[float]], float]:
+        # Row locks in name order, held until the claim's transaction ends (see the
+        # PostgreSQL dialect); the clock is read once they are held.
+        in_sql, params = self.in_list_sql("name", sorted(names), "names")
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name, recent_starts FROM {self.queue_table} WHERE {in_sql} "
+                f"ORDER BY name FOR UPDATE",
+                params,
+            )
+            rows = cursor.fetchall()
+            cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
+            clock = float(cursor.fetchone()[0])
+        return {row[0]: read_starts(row[1]) for row in rows}, clock
+
+    def ensure_queue_rows(self, names: Sequence[str]) -> None:
+        for name in sorted(set(names)):
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {self.queue_table} (name, paused, updated_at, recent_starts) "
+                    f"SELECT %(name)s, %(paused)s, {_now()}, '[]' FROM DUAL WHERE NOT EXISTS "
+                    f"(SELECT 1 FROM {self.queue_table} WHERE name = %(name)s)",
+                    {"name": name, "paused": False, "now": None},
+                )
+
+
+class MySQLOps(MySQLClaimOps):
+    """The queue's statements in MariaDB's dialect: the hooks they call, in sections named
+    after the module that holds each statement (the claim's in :class:`MySQLClaimOps`)."""
+
+    # -- new jobs (insert.py) --------------------------------------------------------------
+
+    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
+        # Each element is the payload's JSON text as a JSON string (as on SQLite), so that
+        # the column is exactly that text whatever the payload's type.
+        return (
+            "JSON_TABLE(%(payloads)s, '$[*]' COLUMNS (n FOR ORDINALITY, "
+            "value LONGTEXT PATH '$')) AS p",
+            "p.value",
+            "p.n",
+            json.dumps(list(payloads)),
+        )
+
+    def _insert_unique_sql(self, fixed_time: bool, window: bool) -> str:
+        # INSERT IGNORE on the live jobs' generated unique column: a key a live job holds
+        # writes nothing and returns no row (and waits, as on PostgreSQL, for a transaction
+        # that inserted the same key and has not committed). IGNORE would turn other errors
+        # into warnings too: insert_unique checks them.
+        key = (type(self), fixed_time, _now(), window)
+        sql = self._insert_unique_cache.get(key)
+        if sql is None:
+            columns, values = self.new_row_sql(payload_sql="%(payload)s", fixed_time=fixed_time)
+            recent = ""
+            if window:
+                recent = " WHERE NOT EXISTS ({})".format(
+                    RECENTLY_FINISHED_SQL.format(
+                        table=self.table, since=self.later_sql("unique_since")
+                    ).replace("AS VARCHAR(255)", "AS CHAR(255)")
+                )
+            sql = (
+                f"INSERT IGNORE INTO {self.table} ({columns}) SELECT {values} FROM DUAL{recent} "
+                f"RETURNING id, scheduled_at, created_at, uuid"
+            )
+            self._insert_unique_cache[key] = sql
+        return sql
+
+    def insert_unique(
+        self,
+        *,
+        payload: str,
+        fields: dict[str, Any],
+        delay_seconds: float | None,
+        unique_for: float | None,
+    ) -> Any:
+        inserted = super().insert_unique(
+            payload=payload, fields=fields, delay_seconds=delay_seconds, unique_for=unique_for
+        )
+        self._raise_ignored_errors()
+        return inserted
+
+    def _raise_ignored_errors(self) -> None:
+        """Raise what INSERT IGNORE turned into a warning, but the duplicate key it is for."""
+        raw = self.connection.connection
+        if raw is None or not raw.warning_count():
+            return
+        with self.connection.cursor() as cursor:
+            cursor.execute("SHOW WARNINGS")
+            problems = [row for row in cursor.fetchall() if int(row[1]) != 1062]
+        if problems:
+            from django.db import DataError
+
+            raise DataError("; ".join(f"({row[1]}) {row[2]}" for row in problems))
+
+    def insert_tick(self, name: str, tick_at: datetime, spec: str) -> int | None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT IGNORE INTO {self.tick_table} (name, tick_at, spec) "
+                f"VALUES (%(name)s, %(tick_at)s, %(spec)s) RETURNING id",
+                {
+                    "name": name,
+                    "tick_at": self.connection.ops.adapt_datetimefield_value(tick_at),
+                    "spec": spec,
+                },
+            )
+            row = cursor.fetchone()
+        self._raise_ignored_errors()
+        return None if row is None else int(row[0])
+
+    # -- outcomes (outcomes.py) ------------------------------------------------------------
+
+    def complete_statuses(
+        self,
+        finished: Sequence[Finished],
+        *,
+        worker_id: str,
+        now: datetime | None = None,
+        unwaited: bool = False,
+        skip_locked: bool = False,
+    ) -> dict[int, str]:
+        # The batch's rows this worker still holds, locked in id order with what decides
+        # each one's status (a cancel requested while it ran), then one UPDATE by primary
+        # key: the statuses are known without reading the rows again.
+        if not finished:
+            return {}
+        attempts = {f.id: f.attempt for f in finished}
+        in_sql, params = self.in_list_sql("id", sorted(attempts), "done")
+        where = f"{in_sql} AND status = 'processing' AND locked_by = %(worker_id)s"
+        if unwaited:
+            where += " AND waited_on IS NULL"
+        skip = " SKIP LOCKED" if skip_locked else ""
+        statuses: dict[int, str] = {}
+        with (
+            transaction.atomic(using=self.connection.alias, savepoint=False),
+            self.connection.cursor() as cursor,
+        ):
+            cursor.execute(
+                f"SELECT id, attempts, cancel_requested_at IS NULL FROM {self.table} "
+                f"WHERE {where} ORDER BY id FOR UPDATE{skip}",
+                {"worker_id": worker_id, **params},
+            )
+            for job_id, attempt, running in cursor.fetchall():
+                if attempts.get(int(job_id)) == int(attempt):
+                    statuses[int(job_id)] = "completed" if running else "cancelled"
+            if not statuses:
+                return {}
+            results = {f.id: f.result for f in finished if f.id in statuses}
+            values: dict[str, Any] = {"now": self.clock(now)}
+            result_sql = "NULL"
+            if any(result is not None for result in results.values()):
+                cases = []
+                for index, (job_id, result) in enumerate(results.items()):
+                    if result is not None:
+                        values[f"r{index}"] = json.dumps(result)
+                        cases.append(f"WHEN {int(job_id)} THEN %(r{index})s")
+                result_sql = f"CASE id {' '.join(cases)} ELSE NULL END"
+            now_sql = _now()
+            cursor.execute(
+                f"UPDATE {self.table} SET status = CASE WHEN cancel_requested_at IS NULL "
+                f"THEN 'completed' ELSE 'cancelled' END, result = {result_sql}, "
+                f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
+                f"WHERE id IN ({', '.join(str(job_id) for job_id in statuses)})",
+                values,
+            )
+        return statuses
+
+    # -- workflows (blockers.py) -----------------------------------------------------------
+
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
+        if not job_ids:
+            return
+        in_sql, params = self.in_list_sql("id", sorted(set(job_ids)), "ids")
+        status_sql, status_params = self.in_list_sql("status", list(statuses), "statuses")
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {self.table} WHERE {in_sql} AND {status_sql} "
+                f"ORDER BY id FOR UPDATE",
+                {**params, **status_params},
+            )
+
+    # -- upkeep (upkeep.py) ----------------------------------------------------------------
+
+    def promote(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        rows = self.update_returning(
+            f"status = 'pending', updated_at = {_now()}",
+            f"id IN (SELECT id FROM (SELECT id FROM {self.table} WHERE status = 'scheduled' "
+            f"AND scheduled_at <= {_now()} ORDER BY scheduled_at LIMIT {int(limit)}) AS due) "
+            "AND status = 'scheduled'",
+            "queue",
+            {"now": self.clock(now)},
+            skip_locked=True,
+        )
+        return len(rows)
+
+    def prune(
+        self,
+        *,
+        status: str,
+        keep_seconds: float,
+        queues: Sequence[str] | None = None,
+        limit: int = 1000,
+        now: datetime | None = None,
+    ) -> int:
+        # A single-table DELETE takes ORDER BY and LIMIT: the oldest first, on the
+        # finished jobs' index (status, completed_at).
+        where, params = self._finished_sql(status, queues)
+        params.update(now=self.clock(now), back=-float(keep_seconds))
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {self.table} WHERE {where} ORDER BY completed_at LIMIT {int(limit)}",
+                params,
+            )
+            return int(cursor.rowcount)
+
+    def prune_orphan_steps(self, *, limit: int = 1000) -> int:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM sqlq_job_step WHERE NOT EXISTS (SELECT 1 FROM {self.table} j "
+                f"WHERE j.id = sqlq_job_step.job_id) LIMIT {int(limit)}"
+            )
+            return int(cursor.rowcount)
+
+    def prune_events(
+        self, *, keep_seconds: float, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM sqlq_event WHERE emitted_at < {self.later_sql('back')} "
+                f"ORDER BY emitted_at LIMIT {int(limit)}",
+                {"now": self.clock(now), "back": -float(keep_seconds)},
+            )
+            return int(cursor.rowcount)
+
+    def seconds_between_sql(self, later: str, earlier: str) -> str:
+        return f"(TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 1000000.0)"
+
+    def lease_error_sql(self) -> str:
+        entry = (
+            "JSON_OBJECT('attempt', attempts, 'worker_id', locked_by, "
+            "'exception_class', 'django_sqlq.exceptions.LeaseLostError', "
+            "'message', 'lease expired', 'traceback', '')"
+        )
+        return _append(entry)
+
+    def update_rows(
+        self, set_sql: str, where: str, params: dict[str, Any], *, skip_locked: bool = False
+    ) -> int:
+        return len(self.update_returning(set_sql, where, "id", params, skip_locked=skip_locked))
+
+    # -- wake-ups (notify.py) --------------------------------------------------------------
+
+    def change_check_interval(self, poll_interval: float) -> float:
+        return min(CHANGE_CHECK_INTERVAL, poll_interval)
+
+    def data_version(self) -> Any:
+        """The newest job's id: changes when another connection commits a new job (one
+        probe of the primary key's end, no table read)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT MAX(id) FROM {self.table}")
+            return cursor.fetchone()[0]
