@@ -33,7 +33,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 from django_sqlq import registry, schedules
 from django_sqlq.conf import get_settings
 from django_sqlq.db import supported, vendor
-from django_sqlq.db.mysql import MIN_MARIADB_VERSION
+from django_sqlq.db.mysql import MIN_MARIADB_VERSION, unsupported_server
 from django_sqlq.db.postgresql import server_identity
 from django_sqlq.db.sqlite import AUTO_VACUUM_MODES, pragma
 from django_sqlq.exceptions import ConfigurationError
@@ -111,13 +111,8 @@ def _check_mysql(alias: str) -> list[CheckMessage]:
                 id="django_sqlq.E006",
             )
         )
-    try:
-        mariadb = connection.mysql_is_mariadb
-        version = connection.mysql_version
-    except Exception:  # no server to ask now: the worker's first statement will say
-        return messages
-    if not mariadb or version < MIN_MARIADB_VERSION:
-        found = f"{'MariaDB' if mariadb else 'MySQL'} {'.'.join(map(str, version))}"
+    found = unsupported_server(connection)
+    if found is not None:
         messages.append(
             Error(
                 f"The queue database {alias!r} is {found}: django_sqlq supports MariaDB "

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
@@ -327,8 +328,38 @@ class WorkerProcess:
         self._fh.close()
 
 
+@pytest.fixture(scope="session")
+def _every_mariadb_test_database(django_db_setup: None) -> Iterator[None]:  # noqa: ARG001
+    """On MariaDB, every alias's test database exists while processes run. Django's system
+    checks, which every worker and command runs at start, connect to each alias there (its
+    field checks ask the server's version), so a worker stops at a test database that no
+    test of this run asked for (``-k``, one folder). An empty one is enough; dropped at the
+    end if created here (after Django's own, which it then leaves alone)."""
+    if os.environ.get("SQLQ_TEST_ENGINE") != "mysql":
+        yield
+        return
+    import MySQLdb
+
+    params = connections["default"].get_connection_params()
+    server = {key: params[key] for key in ("host", "port", "user", "password") if key in params}
+    names = [alias["TEST"]["NAME"] for alias in connections.settings.values()]
+    created = []
+    with contextlib.closing(MySQLdb.connect(**server)) as admin, admin.cursor() as cursor:
+        for name in names:
+            cursor.execute(
+                "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", [name]
+            )
+            if cursor.fetchone() is None:
+                cursor.execute(f"CREATE DATABASE `{name}`")
+                created.append(name)
+    yield
+    with contextlib.closing(MySQLdb.connect(**server)) as admin, admin.cursor() as cursor:
+        for name in created:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
 @pytest.fixture
-def worker_env() -> dict[str, str]:
+def worker_env(_every_mariadb_test_database: None) -> dict[str, str]:
     env = dict(os.environ)
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["SQLQ_TEST_USE_TEST_DB"] = "1"

@@ -146,6 +146,19 @@ class Dialect:
             cursor.execute(f"UPDATE {self.table} SET {set_sql} WHERE {where}", params)
             return int(cursor.rowcount)
 
+    def insert_or_nothing_sql(
+        self, table: str, columns: str, values: str, conflict: str, returning: str = ""
+    ) -> str:
+        """``INSERT INTO table (columns) VALUES (values)`` that writes nothing where a row
+        with the same ``conflict`` columns (a unique constraint's) exists, waiting for a
+        transaction that inserted one and has not committed; ``RETURNING returning`` of
+        the row written, if any."""
+        returned = f" RETURNING {returning}" if returning else ""
+        return (
+            f"INSERT INTO {table} ({columns}) VALUES ({values}) "
+            f"ON CONFLICT ({conflict}) DO NOTHING{returned}"
+        )
+
     def concat_sql(self, *parts: str) -> str:
         """SQL for the text of ``parts`` (SQL expressions) one after another."""
         return " || ".join(parts)

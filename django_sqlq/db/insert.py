@@ -262,9 +262,13 @@ class InsertOps(Dialect):
         Returns the row's id, or None when the tick was taken (django_sqlq.schedules)."""
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {self.tick_table} (name, tick_at, spec) "
-                f"VALUES (%(name)s, %(tick_at)s, %(spec)s) "
-                f"ON CONFLICT (name, tick_at) DO NOTHING RETURNING id",
+                self.insert_or_nothing_sql(
+                    self.tick_table,
+                    "name, tick_at, spec",
+                    "%(name)s, %(tick_at)s, %(spec)s",
+                    "name, tick_at",
+                    "id",
+                ),
                 {
                     "name": name,
                     "tick_at": self.connection.ops.adapt_datetimefield_value(tick_at),

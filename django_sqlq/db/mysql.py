@@ -29,14 +29,13 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DataError, transaction
 
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.db.dialect import MAX_ERROR_ENTRIES, named_in_list
 from django_sqlq.db.insert import RECENTLY_FINISHED_SQL
 from django_sqlq.db.outcomes import Finished
-from django_sqlq.db.queue_rows import read_starts
 
 #: The oldest MariaDB the dialect supports: ``SKIP LOCKED`` (10.6), ``INSERT ... RETURNING``
 #: (10.5), ``RANDOM_BYTES`` (10.10 for the UUIDs) and ``JSON_TABLE`` (10.6).
@@ -47,6 +46,19 @@ CHANGE_CHECK_INTERVAL = 0.01
 
 _NOW_UTC = "COALESCE(CAST(%(now)s AS DATETIME(6)), UTC_TIMESTAMP(6))"
 _NOW_LOCAL = "COALESCE(CAST(%(now)s AS DATETIME(6)), NOW(6))"
+
+
+def unsupported_server(connection: Any) -> str | None:
+    """The server behind the ``mysql`` backend's ``connection`` ("MySQL 8.4.3", "MariaDB
+    10.6.21") when the dialect cannot run on it; None when it can, or when no server
+    answers now (the worker's first statement will say)."""
+    try:
+        mariadb, version = connection.mysql_is_mariadb, connection.mysql_version
+    except Exception:
+        return None
+    if mariadb and version >= MIN_MARIADB_VERSION:
+        return None
+    return f"{'MariaDB' if mariadb else 'MySQL'} {'.'.join(map(str, version))}"
 
 
 def _now() -> str:
@@ -136,6 +148,19 @@ class MySQLClaimOps(QueueOps):
             )
             return list(cursor.fetchall())
 
+    def insert_or_nothing_sql(
+        self,
+        table: str,
+        columns: str,
+        values: str,
+        conflict: str,  # noqa: ARG002 (IGNORE: any unique index)
+        returning: str = "",
+    ) -> str:
+        # INSERT IGNORE also turns other errors (a value too long) into warnings: only for
+        # values the caller has checked (the unique enqueue checks the warnings).
+        returned = f" RETURNING {returning}" if returning else ""
+        return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values}){returned}"
+
     def take_write_lock(self) -> None:
         """Nothing: MariaDB's writers lock rows, not the database."""
 
@@ -151,7 +176,7 @@ class MySQLClaimOps(QueueOps):
         now: datetime | None = None,
         caps: Mapping[str, int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The first queue's locking read, as :meth:`_claim_rows` runs it (tests EXPLAIN it)."""
+        """The first queue's locking read, as :meth:`_claim_capped` runs it (tests EXPLAIN it)."""
         sql, params = self._pick_sql(queues[0], (caps or {}).get(queues[0], limit))
         return sql, {"now": self.clock(now), **params}
 
@@ -171,17 +196,6 @@ class MySQLClaimOps(QueueOps):
         self,
         order: Sequence[str],
         caps: dict[str, int],
-        worker_id: str,
-        limit: int,
-        lease_seconds: float,
-        now: datetime | None,
-    ) -> list[ClaimedJob]:
-        return self._claim_rows(order, caps, worker_id, limit, lease_seconds, now)
-
-    def _claim_rows(
-        self,
-        order: Sequence[str],
-        caps: Mapping[str, int],
         worker_id: str,
         limit: int,
         lease_seconds: float,
@@ -224,33 +238,6 @@ class MySQLClaimOps(QueueOps):
 
     def epoch_sql(self) -> str:
         return f"(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {_now()}) / 1000000.0)"
-
-    def lock_queue_rows(
-        self, names: Sequence[str], *, now: datetime | None = None
-    ) -> tuple[dict[str, list[float]], float]:
-        # Row locks in name order, held until the claim's transaction ends (see the
-        # PostgreSQL dialect); the clock is read once they are held.
-        in_sql, params = self.in_list_sql("name", sorted(names), "names")
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT name, recent_starts FROM {self.queue_table} WHERE {in_sql} "
-                f"ORDER BY name FOR UPDATE",
-                params,
-            )
-            rows = cursor.fetchall()
-            cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
-            clock = float(cursor.fetchone()[0])
-        return {row[0]: read_starts(row[1]) for row in rows}, clock
-
-    def ensure_queue_rows(self, names: Sequence[str]) -> None:
-        for name in sorted(set(names)):
-            with self.connection.cursor() as cursor:
-                cursor.execute(
-                    f"INSERT INTO {self.queue_table} (name, paused, updated_at, recent_starts) "
-                    f"SELECT %(name)s, %(paused)s, {_now()}, '[]' FROM DUAL WHERE NOT EXISTS "
-                    f"(SELECT 1 FROM {self.queue_table} WHERE name = %(name)s)",
-                    {"name": name, "paused": False, "now": None},
-                )
 
 
 class MySQLOps(MySQLClaimOps):
@@ -316,24 +303,7 @@ class MySQLOps(MySQLClaimOps):
             cursor.execute("SHOW WARNINGS")
             problems = [row for row in cursor.fetchall() if int(row[1]) != 1062]
         if problems:
-            from django.db import DataError
-
             raise DataError("; ".join(f"({row[1]}) {row[2]}" for row in problems))
-
-    def insert_tick(self, name: str, tick_at: datetime, spec: str) -> int | None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT IGNORE INTO {self.tick_table} (name, tick_at, spec) "
-                f"VALUES (%(name)s, %(tick_at)s, %(spec)s) RETURNING id",
-                {
-                    "name": name,
-                    "tick_at": self.connection.ops.adapt_datetimefield_value(tick_at),
-                    "spec": spec,
-                },
-            )
-            row = cursor.fetchone()
-        self._raise_ignored_errors()
-        return None if row is None else int(row[0])
 
     # -- outcomes (outcomes.py) ------------------------------------------------------------
 

@@ -8,7 +8,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from django.db import connections
@@ -17,7 +16,7 @@ from django_sqlq.db.base import QueueOps
 from django_sqlq.db.dialect import MAX_ERROR_ENTRIES
 from django_sqlq.db.notify import CHANNEL, listen_in_thread
 from django_sqlq.db.outcomes import Finished
-from django_sqlq.db.queue_rows import MAX_LIMIT_ROOM, read_starts
+from django_sqlq.db.queue_rows import MAX_LIMIT_ROOM
 
 _NOW = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
 
@@ -162,26 +161,6 @@ class PostgreSQLOps(QueueOps):
 
     def epoch_sql(self) -> str:
         return f"EXTRACT(EPOCH FROM {_NOW})::double precision"
-
-    def lock_queue_rows(
-        self, names: Sequence[str], *, now: datetime | None = None
-    ) -> tuple[dict[str, list[float]], float]:
-        # Row locks in name order (two claims never wait for each other crosswise), held
-        # until the claim's transaction ends; every other claim of these queues waits.
-        # The counts that follow are separate statements: in READ COMMITTED each sees
-        # what the claims before it committed. The clock is read after the lock is held, in
-        # a statement of its own: a statement's timestamp is taken before it waits, and a
-        # rate window needs each holder's clock later than the last holder's starts.
-        sql = (
-            f"SELECT name, recent_starts FROM {self.queue_table} "
-            f"WHERE name = ANY(%(names)s) ORDER BY name FOR UPDATE"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"names": list(names)})
-            rows = cursor.fetchall()
-            cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
-            clock = float(cursor.fetchone()[0])
-        return {row[0]: read_starts(row[1]) for row in rows}, clock
 
     # -- new jobs (insert.py) --------------------------------------------------------------
 

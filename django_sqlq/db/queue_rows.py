@@ -65,8 +65,26 @@ class QueueRowOps(Dialect):
         """Lock the rows of ``names`` in ``sqlq_queue`` until the transaction ends, and read
         their recent starts; and now, by the database's clock once the lock is held (seconds
         since the epoch: the claim's jobs start at it, and the rate window records it).
-        A queue without a row is left out (``ensure_queue_rows`` writes them)."""
-        raise NotImplementedError
+        A queue without a row is left out (``ensure_queue_rows`` writes them).
+
+        Here, for engines with row locks: in name order (two claims never wait for each
+        other crosswise), held until the claim's transaction ends; every other claim of
+        these queues waits. The counts that follow are separate statements: in READ
+        COMMITTED each sees what the claims before it committed. The clock is read after the
+        lock is held, in a statement of its own: a statement's timestamp is taken before it
+        waits, and a rate window needs each holder's clock later than the last holder's
+        starts."""
+        in_sql, params = self.in_list_sql("name", sorted(names), "names")
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name, recent_starts FROM {self.queue_table} WHERE {in_sql} "
+                "ORDER BY name FOR UPDATE",
+                params,
+            )
+            rows = cursor.fetchall()
+            cursor.execute(f"SELECT {self.epoch_sql()}", {"now": self.clock(now)})
+            clock = float(cursor.fetchone()[0])
+        return {row[0]: read_starts(row[1]) for row in rows}, clock
 
     def running_counts(self, names: Sequence[str]) -> dict[str, int]:
         """Processing jobs per queue of ``names`` (the processing rows' partial index)."""
@@ -95,8 +113,11 @@ class QueueRowOps(Dialect):
         for name in sorted(set(names)):
             with self.connection.cursor() as cursor:
                 cursor.execute(
-                    f"INSERT INTO {self.queue_table} (name, paused, updated_at, recent_starts) "
-                    f"VALUES (%(name)s, %(paused)s, {self.now_sql()}, "
-                    f"{self.empty_json_list_sql()}) ON CONFLICT (name) DO NOTHING",
+                    self.insert_or_nothing_sql(
+                        self.queue_table,
+                        "name, paused, updated_at, recent_starts",
+                        f"%(name)s, %(paused)s, {self.now_sql()}, {self.empty_json_list_sql()}",
+                        "name",
+                    ),
                     {"name": name, "paused": False, "now": None},
                 )
