@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmark: paths, PostgreSQL, process stats.
+"""Shared helpers for the benchmark: paths, PostgreSQL, MariaDB, process stats.
 
 Started from the peer harness in shared/bench (common.py).
 """
@@ -22,6 +22,13 @@ PG_USER = os.environ.get("BENCH_PG_USER", "root")
 # Database names are PG_PREFIX + row: `benchmarks/run sidebyside` uses its own prefix so that
 # its drops never hit another run's databases.
 PG_PREFIX = os.environ.get("BENCH_PG_PREFIX", "bench_")
+# MariaDB (db key "my"): the same names as PostgreSQL's (PG_PREFIX + row), on this server.
+MY_HOST = os.environ.get("BENCH_MY_HOST", "127.0.0.1")
+MY_PORT = os.environ.get("BENCH_MY_PORT", "3306")
+MY_USER = os.environ.get("BENCH_MY_USER", "root")
+MY_PASSWORD = os.environ.get("BENCH_MY_PASSWORD", "")
+# Engines by db key, as the tables name them.
+ENGINE = {"sqlite": "SQLite", "pg": "PostgreSQL", "my": "MariaDB"}
 
 
 def sqlite_path(peer):
@@ -51,6 +58,57 @@ def drop_pg_db(dbname):
 
     with psycopg.connect(pg_dsn("postgres"), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def my_dbname(peer):
+    name = pg_dbname(peer)
+    if not name.startswith("bench_"):
+        # The harness creates and drops these: never anything but its own.
+        raise SystemExit(f"MariaDB database {name!r}: the benchmarks' names start with bench_")
+    return name
+
+
+def my_connect(dbname=None, autocommit=False):
+    """A MySQLdb connection to the MariaDB server (to ``dbname`` if given), utf8mb4, at READ
+    COMMITTED as Django's mysql backend (and so django_sqlq) runs."""
+    import MySQLdb
+
+    kwargs = {"db": dbname} if dbname else {}
+    conn = MySQLdb.connect(
+        host=MY_HOST, port=int(MY_PORT), user=MY_USER, password=MY_PASSWORD,
+        charset="utf8mb4", autocommit=autocommit, **kwargs,
+    )  # fmt: skip
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
+
+
+def ensure_my_db(dbname):
+    conn = my_connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{dbname}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
+
+
+def drop_my_db(dbname):
+    conn = my_connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{dbname}`")
+    finally:
+        conn.close()
+
+
+def my_version():
+    conn = my_connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT VERSION()")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
 
 
 def log_path(name):

@@ -109,6 +109,8 @@ def run_worker(peer, db, *args):
 def drain_rate(peer, db, status="completed"):
     if db == "pg":
         span = "EXTRACT(EPOCH FROM max(completed_at) - min(started_at))"
+    elif db == "my":
+        span = "TIMESTAMPDIFF(MICROSECOND, min(started_at), max(completed_at)) / 1000000.0"
     else:
         span = "(julianday(max(completed_at)) - julianday(min(started_at))) * 86400.0"
     count, seconds = peer.sql(

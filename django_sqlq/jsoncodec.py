@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+from django_sqlq.db import json_depth_limit
 from django_sqlq.exceptions import PayloadError
 
 __all__ = ["decode_json", "encode_json", "parse_json", "too_deep"]
@@ -24,11 +25,14 @@ _UNSTORABLE_ESCAPE = re.compile(
 )
 
 
-#: The deepest nesting of arrays and objects stored, on every engine: SQLite's JSON functions
-#: (the column's CHECK (JSON_VALID(...))) refuse text nested deeper than 2,000 levels (1,000
-#: from SQLite 3.45), and Python's encoder may or may not reach its recursion limit first
-#: (3.11 does, 3.13 does not).
+#: The deepest nesting of arrays and objects stored, on SQLite and PostgreSQL: SQLite's JSON
+#: functions (the column's CHECK (JSON_VALID(...))) refuse text nested deeper than 2,000 levels
+#: (1,000 from SQLite 3.45), and Python's encoder may or may not reach its recursion limit
+#: first (3.11 does, 3.13 does not). MariaDB's JSON_VALID refuses more than 31 levels: the
+#: limit is the queue database's (``django_sqlq.db.json_depth_limit``).
 MAX_DEPTH = 1000
+#: The least of the engines' limits: text with fewer brackets is never too deep anywhere.
+MIN_ENGINE_DEPTH = 31
 
 
 def _depth(text: str) -> int:
@@ -63,8 +67,11 @@ def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) 
     except RecursionError as exc:
         raise too_deep(what) from exc
     # Only text with that many brackets can nest that deep: the walk is for those alone.
-    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(text) > MAX_DEPTH:
-        raise too_deep(what)
+    brackets = text.count("[") + text.count("{")
+    if brackets > MIN_ENGINE_DEPTH:
+        deepest = json_depth_limit(MAX_DEPTH)
+        if brackets > deepest and _depth(text) > deepest:
+            raise too_deep(what, deepest)
     if "\\u" in text:  # ensure_ascii: every non-ASCII character is a \u escape
         for match in _UNSTORABLE_ESCAPE.finditer(text):
             if match.group(2) is None:
@@ -82,12 +89,12 @@ def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) 
     return text
 
 
-def too_deep(what: str) -> PayloadError:
-    """The error for a value nested deeper than MAX_DEPTH levels (or than Python's JSON
+def too_deep(what: str, limit: int = MAX_DEPTH) -> PayloadError:
+    """The error for a value nested deeper than ``limit`` levels (or than Python's JSON
     encoder and decoder go)."""
     return PayloadError(
         f"The {what} cannot be stored as JSON: it is nested too deeply (more than "
-        f"{MAX_DEPTH} levels of arrays and objects)."
+        f"{limit} levels of arrays and objects, the queue database's limit)."
     )
 
 

@@ -1,5 +1,6 @@
 """One Django settings module for django_sqlq and the Django-based peers, chosen by
-environment: BENCH_PEER (sqlq | sqlq_claim | dtdb | djq2 | procrastinate), BENCH_DB (sqlite | pg).
+environment: BENCH_PEER (sqlq | sqlq_claim | dtdb | djq2 | procrastinate), BENCH_DB (sqlite | pg |
+my, MariaDB).
 
 Started from the peer harness in shared/bench (benchsite/settings.py).
 """
@@ -34,6 +35,21 @@ if DB == "sqlite":
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
             },
+        }
+    }
+elif DB == "my":
+    # MariaDB through Django's mysql backend (mysqlclient), as docs/reference/mariadb.md
+    # sets it up: utf8mb4, the backend's default isolation (READ COMMITTED).
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": common.my_dbname(PEER),
+            "USER": common.MY_USER,
+            "PASSWORD": common.MY_PASSWORD,
+            "HOST": common.MY_HOST,
+            "PORT": common.MY_PORT,
+            "CONN_MAX_AGE": CONN_MAX_AGE,
+            "OPTIONS": {"charset": "utf8mb4"},
         }
     }
 else:

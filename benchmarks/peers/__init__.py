@@ -66,6 +66,9 @@ class DjangoPeer(Peer):
             for suffix in ("", "-wal", "-shm"):
                 if os.path.exists(path + suffix):
                     os.unlink(path + suffix)
+        elif self.db == "my":
+            common.drop_my_db(common.my_dbname(self.name))
+            common.ensure_my_db(common.my_dbname(self.name))
         else:
             common.drop_pg_db(common.pg_dbname(self.name))
             common.ensure_pg_db(common.pg_dbname(self.name))
@@ -88,6 +91,14 @@ class DjangoPeer(Peer):
     def clear(self, *tables):
         if self.db == "pg":
             self.sql("TRUNCATE " + ", ".join(tables) + " RESTART IDENTITY CASCADE")
+        elif self.db == "my":
+            # InnoDB refuses to TRUNCATE a table a foreign key points at, checks on.
+            self.sql("SET FOREIGN_KEY_CHECKS = 0")
+            try:
+                for t in tables:
+                    self.sql(f"TRUNCATE TABLE {t}")
+            finally:
+                self.sql("SET FOREIGN_KEY_CHECKS = 1")
         else:
             for t in tables:
                 self.sql(f"DELETE FROM {t}")

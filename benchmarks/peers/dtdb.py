@@ -10,6 +10,7 @@ TABLE = "django_tasks_database_dbtaskresult"  # app label is django_tasks_databa
 
 class Peer(DjangoPeer):
     name = "dtdb"
+    dbs = ("sqlite", "pg", "my")
     has_bulk = True
     bulk_kind = "N enqueue() in 1 txn (no bulk API)"
 

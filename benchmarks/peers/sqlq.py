@@ -10,6 +10,7 @@ from peers import DjangoPeer
 
 class Peer(DjangoPeer):
     name = "sqlq"
+    dbs = ("sqlite", "pg", "my")  # my: MariaDB, revisions with django_sqlq/db/mysql.py
     has_bulk = True
     bulk_kind = "bulk_enqueue() (one INSERT ... SELECT per 5,000 jobs)"
 
@@ -70,6 +71,12 @@ class Peer(DjangoPeer):
         if self.db == "pg":
             sql = (
                 "SELECT count(*), EXTRACT(EPOCH FROM max(completed_at) - min(completed_at)) "
+                f"FROM {table} WHERE status = 'completed'"
+            )
+        elif self.db == "my":
+            sql = (
+                "SELECT count(*), "
+                "TIMESTAMPDIFF(MICROSECOND, min(completed_at), max(completed_at)) / 1000000.0 "
                 f"FROM {table} WHERE status = 'completed'"
             )
         else:

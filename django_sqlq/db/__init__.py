@@ -51,6 +51,18 @@ def ops_for(alias: str) -> QueueOps:
     return _ops_class(connection.vendor)(connection)
 
 
+def json_depth_limit(default: int, alias: str | None = None) -> int:
+    """The deepest nesting of JSON arrays and objects the queue database (or ``alias``)
+    stores: its engine's ``max_json_depth``, else ``default``."""
+    try:
+        vendor = connections[alias or get_settings().DATABASE].vendor
+    except Exception:  # no settings or no such alias: reported where they are used
+        return default
+    engine = ENGINES.get(vendor)
+    depth = getattr(engine, "max_json_depth", None)
+    return default if depth is None else min(default, depth)
+
+
 def supported(alias: str) -> bool:
     return connections[alias].vendor in ENGINES
 

@@ -46,6 +46,9 @@ class Dialect:
     """The connection, the jobs table, and the SQL fragments each engine writes its way."""
 
     table = "sqlq_job"
+    #: The deepest nesting of JSON arrays and objects the engine stores; None: no limit of
+    #: its own (``jsoncodec.MAX_DEPTH`` applies).
+    max_json_depth: int | None = None
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection

@@ -93,6 +93,9 @@ def _append(entry: str) -> str:
 class MySQLClaimOps(QueueOps):
     """MariaDB's fragments, its UPDATE that returns rows, and the claim."""
 
+    #: JSON_VALID (the JSON columns' CHECK) refuses text nested deeper.
+    max_json_depth = 31
+
     # -- the fragments every statement uses (dialect.py) -----------------------------------
 
     def now_sql(self) -> str:

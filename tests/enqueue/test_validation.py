@@ -19,13 +19,14 @@ from django.utils import timezone
 
 from django_sqlq import bulk_enqueue, enqueue, handler
 from django_sqlq.conf import get_settings
+from django_sqlq.db import json_depth_limit
 from django_sqlq.exceptions import (
     ConfigurationError,
     InvalidJobError,
     PayloadError,
     UnknownQueueError,
 )
-from django_sqlq.jsoncodec import encode_json
+from django_sqlq.jsoncodec import MAX_DEPTH, encode_json
 from django_sqlq.management.option_types import (
     interval_seconds,
     positive_float,
@@ -332,6 +333,28 @@ def test_a_payload_nested_too_deeply_is_refused():
     with pytest.raises(PayloadError, match="nested too deeply"):
         enqueue("tests.echo", deep)
     assert not Job.objects.exists()
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "core"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_the_deepest_payload_the_queue_database_stores_is_accepted_one_more_level_refused():
+    """MariaDB's JSON_VALID (the columns' CHECK) refuses text nested more than 31 levels, the
+    other engines 1,000: the limit is the queue database's, said at enqueue, not by the
+    database's CHECK at the INSERT (an IntegrityError, before)."""
+    deepest = json_depth_limit(MAX_DEPTH)
+    job = enqueue("tests.echo", _nested(deepest))
+    if deepest <= 100:  # read back (1,000 levels would need a deeper recursion limit)
+        assert Job.objects.get(pk=job.pk).payload == _nested(deepest)
+    with pytest.raises(PayloadError, match=f"more than {deepest} levels"):
+        enqueue("tests.echo", _nested(deepest + 1))
+    with pytest.raises(PayloadError, match=f"more than {deepest} levels"):
+        bulk_enqueue("tests.echo", [{}, _nested(deepest + 1)])
+    assert list(Job.objects.values_list("pk", flat=True)) == [job.pk]
 
 
 @pytest.mark.parametrize(
