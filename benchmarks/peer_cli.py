@@ -7,6 +7,8 @@
     python peer_cli.py PEER DB latency --jobs 50
     python peer_cli.py PEER DB trace          # worker's SQL (Django peers)
 
+DB: sqlite | pg | my (MariaDB: sqlq, dtdb and the baseline floors only)
+
 PEER: sqlq | sqlq-c8 | sqlq-v0 | sqlq-v2 | dtdb | djq2 | procrastinate | huey | baseline-b1 |
 baseline-b100 | baseline-b100e
 
@@ -278,7 +280,7 @@ def op_trace(peer, jobs=2):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("peer", choices=sorted(PEERS))
-    ap.add_argument("db", choices=["sqlite", "pg"])
+    ap.add_argument("db", choices=["sqlite", "pg", "my"])
     ap.add_argument(
         "op",
         choices=[

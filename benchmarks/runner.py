@@ -3,8 +3,11 @@ same machine and databases, and print three markdown tables: absolute figures, d
 divided by every other row of the same run, and the issue's targets (met / not met).
 
     python runner.py [--quick] [--n 10000] [--repeats 3] [--latency-jobs 50]
-                     [--peers sqlq,dtdb,...] [--dbs sqlite,pg] [--drain-n djq2=2000,...]
+                     [--peers sqlq,dtdb,...] [--dbs sqlite,pg,my] [--drain-n djq2=2000,...]
                      [--skip enqueue,drain,latency] [--no-floors] [--rev GIT-REV]
+
+--dbs my (MariaDB, not in the default): django_sqlq, django-tasks-db and the floors, whose
+claim there is the locking read and UPDATE django_sqlq's MariaDB dialect uses.
 
 Every step runs in a fresh process (peer_cli.py). Raw results go to $BENCH_TMP as
 results-<time>.json, the tables also as results-<time>.md.
@@ -25,14 +28,14 @@ import time
 
 import common
 
-# peer -> databases it supports, in table order
+# peer -> databases it supports, in table order ("my": MariaDB, only when --dbs names it)
 MATRIX = [
-    ("baseline-b1", ("sqlite", "pg")),
-    ("baseline-b100", ("sqlite", "pg")),
-    ("baseline-b100e", ("sqlite", "pg")),
-    ("sqlq", ("sqlite", "pg")),
-    ("sqlq-c8", ("sqlite", "pg")),
-    ("dtdb", ("sqlite", "pg")),
+    ("baseline-b1", ("sqlite", "pg", "my")),
+    ("baseline-b100", ("sqlite", "pg", "my")),
+    ("baseline-b100e", ("sqlite", "pg", "my")),
+    ("sqlq", ("sqlite", "pg", "my")),
+    ("sqlq-c8", ("sqlite", "pg", "my")),
+    ("dtdb", ("sqlite", "pg", "my")),
     ("djq2", ("sqlite", "pg")),
     ("procrastinate", ("pg",)),
     ("huey", ("sqlite",)),
@@ -161,12 +164,17 @@ def machine():
               "-d", "postgres", "-Atc", "SHOW server_version"])  # fmt: skip
     import sqlite3
 
+    try:
+        mariadb = common.my_version()
+    except Exception:  # not installed or not answering: only --dbs my needs it
+        mariadb = "?"
     return {
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "nproc": out(["nproc"]),
         "mem": mem[1].split()[1] if len(mem) > 1 else "?",
         "postgresql": pg,
         "sqlite": sqlite3.sqlite_version,
+        "mariadb": mariadb,
         "python": platform.python_version(),
         "django": out([sys.executable, "-c", "import django; print(django.__version__)"]),
     }
@@ -185,7 +193,8 @@ def main():  # noqa: C901 (the whole run, step by step, read top to bottom)
                     + ", ".join(LABEL) + " (default: all). The floors always run "
                     "(they are the ratios' denominators) unless --no-floors")  # fmt: skip
     ap.add_argument("--no-floors", action="store_true")
-    ap.add_argument("--dbs", default="sqlite,pg")
+    ap.add_argument("--dbs", default="sqlite,pg",
+                    help="engines: sqlite, pg, my (MariaDB; not in the default)")  # fmt: skip
     ap.add_argument("--drain-n", default="", help="peer=N,... overrides for the drain step")
     ap.add_argument("--skip", default="", help="steps to skip: enqueue,drain,latency")
     ap.add_argument("--rev", default=None,
@@ -298,7 +307,9 @@ def report(results):
         f"`{results.get('command', '')}`",
         "",
         f"Machine: {m.get('nproc', '?')} cores, {m.get('mem', '?')} RAM, PostgreSQL "
-        f"{m.get('postgresql', '?')}, SQLite {m.get('sqlite', '?')}, Python "
+        f"{m.get('postgresql', '?')}, SQLite {m.get('sqlite', '?')}, "
+        + (f"MariaDB {m['mariadb']}, " if m.get("mariadb", "?") != "?" else "")
+        + "Python "
         f"{m.get('python', '?')}, Django {m.get('django', '?')}. django_sqlq: "
         f"{results.get('code', '?')}.",
         "",
@@ -492,11 +503,33 @@ def targets(results):
                 f"({fmt(ours['drain2'])} vs {fmt(ours['drain1'])} jobs/s) | ≥ 1.5x "
                 f"| {_verdict(None if x is None else x >= 1.5)} |"
             )
+    lines += _mariadb_lines(rows.get("my", {}))
     lines.append(
         "| claim time, 1,000,000 finished rows / empty table | both | "
         "see `benchmarks/run claim-cost` | ≤ 1.2x | - |"
     )
     return "\n".join(lines) + "\n"
+
+
+def _mariadb_lines(r):
+    """MariaDB (a preview): no target of the issue's yet; the drain's ratios, for the record."""
+    ours = r.get("sqlq")
+    if ours is None:
+        return []
+    floor = r.get("baseline-b100", {}).get("drain1")
+    x = _div(ours["drain1"], floor)
+    lines = [
+        f"| (no target yet) drain, 1 process / floor b100 (locking read + UPDATE claim) | my "
+        f"| {fmt_pct(x)} ({fmt(ours['drain1'])} vs {fmt(floor)} jobs/s) | - | - |"
+    ]
+    for p in PEERS:
+        x = _div(ours["drain1"], r.get(p, {}).get("drain1"))
+        if x is not None:
+            lines.append(
+                f"| (no target yet) drain, 1 process / {SHORT[p]} | my | {fmt_ratio(x)} "
+                f"({fmt(ours['drain1'])} vs {fmt(r[p]['drain1'])} jobs/s) | - | - |"
+            )
+    return lines
 
 
 def fmt_pct(x):

@@ -1,6 +1,6 @@
 """Two revisions of django_sqlq side by side: the regression guard of issue 22.
 
-    benchmarks/run sidebyside --rev A --rev B [--jobs 20000] [--rounds 3] [--dbs sqlite,pg]
+    benchmarks/run sidebyside --rev A --rev B [--jobs 20000] [--rounds 3] [--dbs sqlite,pg,my]
                               [--failing] [--a-kind K] [--b-kind K] [--b-sleepers N]
 
 A and B are git revisions (a commit, a branch, ``HEAD~1``...) or ``WORKTREE``, this
@@ -9,7 +9,7 @@ Each is exported into a directory of its own and put first on PYTHONPATH, so eve
 that revision's code and migrations (the worker's ``django_sqlq.__file__`` is checked). Round
 by round and engine by engine the revisions take turns, A then B, and each run is:
 
-- a fresh database (PostgreSQL ``bench_sbs_sqlq``, SQLite a new file), ``migrate``;
+- a fresh database (PostgreSQL or MariaDB ``bench_sbs_sqlq``, SQLite a new file), ``migrate``;
 - JOBS no-op jobs, one ``enqueue()`` each, all in one transaction (``--failing``: jobs whose
   handler raises, ``max_attempts=1``, so every attempt ends as a failure written for good);
 - one ``manage.py sqlq_worker --burst`` at its defaults, no other option, until it exits;
@@ -26,11 +26,15 @@ three days ahead, their steps recorded) while it drains: what they cost the clai
 
 Each round also drains the bare-SQL floor of ``benchmarks/run`` (floor b100: 100-row
 ``UPDATE ... RETURNING`` claims, one UPDATE per batch done; peers/baseline.py), and every rate
-is also given divided by the floor of its round. Prints, per engine, each revision's rates,
-their medians, B / A, and each revision's median ratio to the floor. Raw JSON:
+is also given divided by the floor of its round. On MariaDB (``--dbs my``, both revisions
+with django_sqlq/db/mysql.py) the floor's claim is the shape django_sqlq's MariaDB dialect
+uses: one transaction of a 100-row ``SELECT ... FOR UPDATE SKIP LOCKED`` on the claim index
+and an ``UPDATE ... WHERE id IN (...)``, then one completion UPDATE per batch. Prints, per
+engine, each revision's rates, their medians, B / A, and each revision's median ratio to the
+floor. Raw JSON:
 $BENCH_TMP/sidebyside-<time>.json; the trees, databases and SQLite files go on exit.
 
-    python sidebyside.py one --db sqlite|pg --tree DIR --jobs N [--failing] [--kind K]
+    python sidebyside.py one --db sqlite|pg|my --tree DIR --jobs N [--failing] [--kind K]
         [--sleepers N]  # one JSON line
 """
 
@@ -53,7 +57,7 @@ import common
 from runner import DEFAULT_DRAIN_N, fmt, fmt_pct, fmt_ratio, machine, step
 
 FLOOR = "baseline-b100"
-ENGINE = {"sqlite": "SQLite", "pg": "PostgreSQL"}
+ENGINE = common.ENGINE
 
 
 # -- one run, in a process of its own with PYTHONPATH=<the revision's tree> -----------------
@@ -188,7 +192,13 @@ def report(results):
         "one `enqueue()` each in one "
         "transaction, drained by one `sqlq_worker --burst` at its defaults; jobs/s from the "
         "first `started_at` to the last `completed_at`. Floor: b100 (raw SQL, 100-row "
-        f"`UPDATE ... RETURNING` claims), {results['floor_n']:,} jobs, in each round.",
+        f"`UPDATE ... RETURNING` claims), {results['floor_n']:,} jobs, in each round"
+        + (
+            "; on MariaDB 100-row `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE ... WHERE id "
+            "IN (...)` claims in one transaction, as django_sqlq's dialect there."
+            if "my" in results["engines"]
+            else "."
+        ),
         "",
         f"| engine | code | {head} | median | ÷ floor (median of the rounds) |",
         "|---|---|" + "---|" * rounds + "---|---|",
@@ -259,10 +269,13 @@ def measure(results, trees, dbs, json_path):
 
 def clean(scratch, dbs):
     """Drop this mode's databases and remove everything in its scratch directory but the logs."""
-    if "pg" in dbs:
-        for row in ("sqlq", "baseline"):
+    for row in ("sqlq", "baseline"):
+        if "pg" in dbs:
             with contextlib.suppress(Exception):
                 common.drop_pg_db(common.pg_dbname(row))
+        if "my" in dbs:
+            with contextlib.suppress(Exception):
+                common.drop_my_db(common.my_dbname(row))
     for entry in os.listdir(scratch):
         path = os.path.join(scratch, entry)
         if entry == "logs":
@@ -282,7 +295,9 @@ def main():
                     "(default: HEAD~1 and HEAD)")  # fmt: skip
     ap.add_argument("--jobs", type=int, default=20000, help="jobs per run (20000)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each revision (3)")
-    ap.add_argument("--dbs", default="sqlite,pg")
+    ap.add_argument("--dbs", default="sqlite,pg",
+                    help="engines: sqlite, pg, my (MariaDB: revisions that have its dialect, "
+                    "django_sqlq/db/mysql.py)")  # fmt: skip
     ap.add_argument("--failing", action="store_true",
                     help="jobs whose handler raises (max_attempts=1)")  # fmt: skip
     kinds = ["noop", "steps3", "writes3", "steps3w"]
@@ -302,7 +317,10 @@ def main():
     revs = a.rev or ["HEAD~1", "HEAD"]
     if len(revs) != 2:
         ap.error("give --rev twice (A, then B), or not at all for HEAD~1 against HEAD")
-    dbs = [db for db in ("sqlite", "pg") if db in a.dbs.split(",")]
+    dbs = [db for db in ("sqlite", "pg", "my") if db in a.dbs.split(",")]
+    unknown = set(a.dbs.split(",")) - {"sqlite", "pg", "my", ""}
+    if unknown or not dbs:
+        ap.error(f"--dbs: sqlite, pg or my, not {a.dbs!r}")
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     os.makedirs(common.TMP, exist_ok=True)
@@ -323,6 +341,10 @@ def main():
                 label += f", {kind} jobs"
             if i == 1 and a.b_sleepers:
                 label += f", {a.b_sleepers:,} jobs asleep"
+            dialect = os.path.join(tree, "django_sqlq", "db", "mysql.py")
+            if "my" in dbs and not os.path.exists(dialect):
+                raise SystemExit(f"{label} has no MariaDB dialect (django_sqlq/db/mysql.py): "
+                                 "it cannot run with --dbs my")  # fmt: skip
             trees.append({"key": "AB"[i], "rev": rev, "sha": sha, "label": label, "tree": tree,
                           "kind": kind,
                           "sleepers": a.b_sleepers if i == 1 else 0})  # fmt: skip
@@ -348,7 +370,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "one":
         ap = argparse.ArgumentParser()
         ap.add_argument("one")
-        ap.add_argument("--db", choices=["sqlite", "pg"], required=True)
+        ap.add_argument("--db", choices=["sqlite", "pg", "my"], required=True)
         ap.add_argument("--tree", required=True)
         ap.add_argument("--jobs", type=int, default=20000)
         ap.add_argument("--failing", action="store_true")

@@ -88,11 +88,6 @@ MARIADB_PENDING = {
     "refusing trigger is to write in MariaDB's dialect",
     "tests/commands/test_checks.py::test_listen_alias_of_another_database": "LISTEN is "
     "PostgreSQL's; the test's expectation is to write for MariaDB",
-    "tests/enqueue/test_unique_adversary.py::test_workers_enqueuers_and_the_admin": "a "
-    "deadlock (1213) between a unique enqueue and a completion: to retry or avoid",
-    "tests/enqueue/test_unique_adversary.py::test_two_batches_with_the_same_keys_in_opposite": (
-        "two unique bulk enqueues racing: MariaDB error 1467 (auto-increment) to understand"
-    ),
 }
 
 

@@ -1,9 +1,15 @@
 """The "physical limit": the tightest plain-Python queue loop on the same database.
 
 SQLite (stdlib sqlite3, WAL, synchronous=NORMAL) and PostgreSQL (psycopg 3,
-FOR UPDATE SKIP LOCKED, LISTEN/NOTIFY for idle wake-up).
+FOR UPDATE SKIP LOCKED, LISTEN/NOTIFY for idle wake-up). MariaDB (MySQLdb, READ COMMITTED),
+which has no UPDATE ... RETURNING and no partial index, gets the claim django_sqlq's dialect
+must use there (django_sqlq/db/mysql.py): in one transaction a locking read
+``SELECT ... WHERE status = 'pending' AND queue = ? AND scheduled_at <= now ORDER BY priority
+DESC, scheduled_at, id LIMIT B FOR UPDATE SKIP LOCKED`` on the index (status, queue, priority
+DESC, scheduled_at, id), then ``UPDATE ... WHERE id IN (...)``, commit; the completion one
+``UPDATE ... WHERE id IN (...)`` (or one per job), and a 10 ms poll when idle.
 
-    python -m peers.baseline worker --db sqlite|pg --batch B [--complete each|batch]
+    python -m peers.baseline worker --db sqlite|pg|my --batch B [--complete each|batch]
 
 Started from the peer harness in shared/bench.
 """
@@ -50,6 +56,22 @@ PG_DDL = [
     "CREATE INDEX IF NOT EXISTS jobs_pending ON jobs (priority DESC, id) WHERE status = 'pending'",
 ]
 
+# MariaDB: queue and scheduled_at as the claim index needs them; status and queue compare
+# byte for byte as django_sqlq's columns do (utf8mb4_nopad_bin, migration 0015).
+MY_DDL = [
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    " id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " status varchar(20) COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT 'pending',"
+    " queue varchar(255) COLLATE utf8mb4_nopad_bin NOT NULL DEFAULT 'default',"
+    " priority integer NOT NULL DEFAULT 0,"
+    " scheduled_at datetime(6) NOT NULL DEFAULT UTC_TIMESTAMP(6),"
+    " task varchar(255) NOT NULL, args json NOT NULL,"
+    " created_at datetime(6) NOT NULL DEFAULT UTC_TIMESTAMP(6),"
+    " started_at datetime(6), finished_at datetime(6),"
+    " KEY jobs_claim (status, queue, priority DESC, scheduled_at, id)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+]
+
 SQLITE_INSERT = "INSERT INTO jobs (task, args, created_at) VALUES (?, ?, ?)"
 SQLITE_CLAIM = (
     "UPDATE jobs SET status = 'running', started_at = ? WHERE id IN ("
@@ -68,6 +90,13 @@ PG_CLAIM = (
     " RETURNING id, task, args"
 )
 
+MY_INSERT = "INSERT INTO jobs (task, args) VALUES (%s, %s)"
+MY_PICK = (
+    "SELECT id, task, args FROM jobs WHERE status = 'pending' AND queue = %s"
+    " AND scheduled_at <= UTC_TIMESTAMP(6) ORDER BY priority DESC, scheduled_at, id"
+    " LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+
 
 def sqlite_connect():
     import sqlite3
@@ -84,8 +113,13 @@ def pg_connect(autocommit=False):
     return psycopg.connect(common.pg_dsn(common.pg_dbname("baseline")), autocommit=autocommit)
 
 
+def my_connect(autocommit=False):
+    return common.my_connect(common.my_dbname("baseline"), autocommit=autocommit)
+
+
 class Peer(BasePeer):
     name = "baseline"
+    dbs = ("sqlite", "pg", "my")
     has_bulk = True
     bulk_kind = "executemany in 1 txn"
 
@@ -98,7 +132,9 @@ class Peer(BasePeer):
     @property
     def conn(self):
         if self._conn is None:
-            self._conn = sqlite_connect() if self.db == "sqlite" else pg_connect()
+            connect = {"sqlite": sqlite_connect, "pg": pg_connect, "my": my_connect}[self.db]
+            # MariaDB: autocommit, so that each count sees the latest commits.
+            self._conn = connect(autocommit=True) if self.db == "my" else connect()
         return self._conn
 
     def setup(self):
@@ -109,6 +145,12 @@ class Peer(BasePeer):
                     os.unlink(path + suffix)
             for ddl in SQLITE_DDL:
                 self.conn.execute(ddl)
+        elif self.db == "my":
+            common.drop_my_db(common.my_dbname("baseline"))
+            common.ensure_my_db(common.my_dbname("baseline"))
+            with self.conn.cursor() as cur:
+                for ddl in MY_DDL:
+                    cur.execute(ddl)
         else:
             common.drop_pg_db(common.pg_dbname("baseline"))
             common.ensure_pg_db(common.pg_dbname("baseline"))
@@ -119,6 +161,9 @@ class Peer(BasePeer):
     def reset(self):
         if self.db == "sqlite":
             self.conn.execute("DELETE FROM jobs")
+        elif self.db == "my":
+            with self.conn.cursor() as cur:
+                cur.execute("TRUNCATE TABLE jobs")
         else:
             self.conn.execute("TRUNCATE jobs RESTART IDENTITY")
             self.conn.commit()
@@ -129,6 +174,10 @@ class Peer(BasePeer):
             c.execute("BEGIN IMMEDIATE")
             c.execute(SQLITE_INSERT, (task, json.dumps(args), time.time()))
             c.execute("COMMIT")
+        elif self.db == "my":
+            # Autocommit: the INSERT is its own transaction (no NOTIFY: workers poll).
+            with self.conn.cursor() as cur:
+                cur.execute(MY_INSERT, (task, json.dumps(args)))
         else:
             self.conn.execute(PG_INSERT_NOTIFY, (task, json.dumps(args)))
             self.conn.commit()
@@ -146,6 +195,12 @@ class Peer(BasePeer):
             now = time.time()
             c.executemany(SQLITE_INSERT, (("noop", json.dumps([i]), now) for i in range(n)))
             c.execute("COMMIT")
+        elif self.db == "my":
+            # One transaction; MySQLdb sends executemany's rows as multi-row INSERTs.
+            self.conn.begin()
+            with self.conn.cursor() as cur:
+                cur.executemany(MY_INSERT, [("noop", json.dumps([i])) for i in range(n)])
+            self.conn.commit()
         else:
             with self.conn.cursor() as cur:
                 cur.executemany(PG_INSERT, [("noop", json.dumps([i])) for i in range(n)])
@@ -153,6 +208,10 @@ class Peer(BasePeer):
             self.conn.commit()
 
     def done_count(self):
+        if self.db == "my":
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM jobs WHERE status = 'done'")
+                return cur.fetchone()[0]
         row = self.conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()
         if self.db == "pg":
             self.conn.commit()
@@ -248,23 +307,60 @@ def worker_pg(batch, complete, poll):
             conn.commit()
 
 
+def worker_my(batch, complete, poll, queue="default"):
+    conn = my_connect()
+    cur = conn.cursor()
+    while running:
+        # The claim: one transaction, the locking read then one UPDATE by primary key.
+        cur.execute(MY_PICK, (queue, batch))
+        rows = cur.fetchall()
+        if not rows:
+            conn.commit()
+            time.sleep(poll)
+            continue
+        ids = ", ".join(str(int(r[0])) for r in rows)
+        cur.execute(
+            "UPDATE jobs SET status = 'processing', started_at = UTC_TIMESTAMP(6)"
+            f" WHERE id IN ({ids})"
+        )
+        conn.commit()
+        if complete == "each":
+            for row in rows:
+                run_jobs([row])
+                cur.execute(
+                    "UPDATE jobs SET status = 'done', finished_at = UTC_TIMESTAMP(6)"
+                    " WHERE id = %s",
+                    (row[0],),
+                )
+                conn.commit()
+        else:
+            run_jobs(rows)
+            cur.execute(
+                "UPDATE jobs SET status = 'done', finished_at = UTC_TIMESTAMP(6)"
+                f" WHERE id IN ({ids})"
+            )
+            conn.commit()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=["worker"])
-    ap.add_argument("--db", choices=["sqlite", "pg"], required=True)
+    ap.add_argument("--db", choices=["sqlite", "pg", "my"], required=True)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--complete", choices=["each", "batch"], default="each")
     ap.add_argument(
         "--poll",
         type=float,
         default=None,
-        help="idle poll interval (default: sqlite 0.01 s; pg 1 s, woken by NOTIFY)",
+        help="idle poll interval (default: sqlite and my 0.01 s; pg 1 s, woken by NOTIFY)",
     )
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     if a.db == "sqlite":
         worker_sqlite(a.batch, a.complete, a.poll or 0.01)
+    elif a.db == "my":
+        worker_my(a.batch, a.complete, a.poll or 0.01)
     else:
         worker_pg(a.batch, a.complete, a.poll or 1.0)
 

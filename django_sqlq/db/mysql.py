@@ -260,24 +260,20 @@ class MySQLOps(MySQLClaimOps):
             json.dumps(list(payloads)),
         )
 
-    def _insert_unique_sql(self, fixed_time: bool, window: bool) -> str:
-        # INSERT IGNORE on the live jobs' generated unique column: a key a live job holds
-        # writes nothing and returns no row (and waits, as on PostgreSQL, for a transaction
-        # that inserted the same key and has not committed). IGNORE would turn other errors
-        # into warnings too: insert_unique checks them.
-        key = (type(self), fixed_time, _now(), window)
+    def _insert_unique_sql(self, fixed_time: bool, window: bool) -> str:  # noqa: ARG002
+        # INSERT IGNORE ... VALUES on the live jobs' generated unique column: a key a live
+        # job holds writes nothing and returns no row (and waits, as on PostgreSQL, for a
+        # transaction that inserted the same key and has not committed). VALUES, not
+        # SELECT: an INSERT ... SELECT holds the table's AUTO-INC lock to its end, so one
+        # waiting for a key another transaction wrote would stop that one's next insert (a
+        # deadlock, seen as error 1467). The window is read before (insert_unique). IGNORE
+        # turns other errors into warnings too: insert_unique raises them.
+        key = (type(self), fixed_time, _now(), False)
         sql = self._insert_unique_cache.get(key)
         if sql is None:
             columns, values = self.new_row_sql(payload_sql="%(payload)s", fixed_time=fixed_time)
-            recent = ""
-            if window:
-                recent = " WHERE NOT EXISTS ({})".format(
-                    RECENTLY_FINISHED_SQL.format(
-                        table=self.table, since=self.later_sql("unique_since")
-                    ).replace("AS VARCHAR(255)", "AS CHAR(255)")
-                )
             sql = (
-                f"INSERT IGNORE INTO {self.table} ({columns}) SELECT {values} FROM DUAL{recent} "
+                f"INSERT IGNORE INTO {self.table} ({columns}) VALUES ({values}) "
                 f"RETURNING id, scheduled_at, created_at, uuid"
             )
             self._insert_unique_cache[key] = sql
@@ -291,8 +287,31 @@ class MySQLOps(MySQLClaimOps):
         delay_seconds: float | None,
         unique_for: float | None,
     ) -> Any:
+        # A key a live job holds (or, with unique_for, one that finished within the window)
+        # is found by a plain read, which locks nothing: INSERT IGNORE's duplicate check
+        # would hold a shared lock on the holder's index entry until the caller commits,
+        # and a worker completing that job (which changes the entry) would wait for it;
+        # with two keys, each waits for the other (a deadlock, 1213). The INSERT decides a
+        # race between two new keys.
+        taken = f"EXISTS (SELECT 1 FROM {self.table} WHERE live_unique_key = %(unique_key)s)"
+        if unique_for is not None:
+            recent = RECENTLY_FINISHED_SQL.format(
+                table=self.table, since=self.later_sql("unique_since")
+            ).replace("AS VARCHAR(255)", "AS CHAR(255)")
+            taken += f" OR EXISTS ({recent})"
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {taken}",
+                {
+                    "unique_key": fields["unique_key"],
+                    "unique_since": -(unique_for or 0),
+                    "now": None,
+                },
+            )
+            if cursor.fetchone()[0]:
+                return None
         inserted = super().insert_unique(
-            payload=payload, fields=fields, delay_seconds=delay_seconds, unique_for=unique_for
+            payload=payload, fields=fields, delay_seconds=delay_seconds, unique_for=None
         )
         self._raise_ignored_errors()
         return inserted
