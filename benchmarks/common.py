@@ -76,7 +76,7 @@ def my_connect(dbname=None, autocommit=False):
     kwargs = {"db": dbname} if dbname else {}
     conn = MySQLdb.connect(
         host=MY_HOST, port=int(MY_PORT), user=MY_USER, password=MY_PASSWORD,
-        charset="utf8mb4", autocommit=autocommit, **kwargs,
+        charset="utf8mb4", autocommit=autocommit, connect_timeout=10, **kwargs,
     )  # fmt: skip
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
