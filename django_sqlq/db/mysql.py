@@ -179,21 +179,29 @@ class MySQLClaimOps(QueueOps):
         now: datetime | None = None,
         caps: Mapping[str, int] | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The first queue's locking read, as :meth:`_claim_capped` runs it (tests EXPLAIN it)."""
-        sql, params = self._pick_sql(queues[0], (caps or {}).get(queues[0], limit))
-        return sql, {"now": self.clock(now), **params}
-
-    def _pick_sql(self, queue: str, limit: int) -> tuple[str, dict[str, Any]]:
-        # The claim index (status, queue, priority DESC, scheduled_at, id), read in its
-        # order from the queue's first runnable row: nothing is sorted however deep the
-        # backlog. SKIP LOCKED passes over rows other workers are claiming.
+        """The claim's locking read, as :meth:`_claim_capped` runs it (tests EXPLAIN it):
+        one arm per queue, each on the claim index (status, queue, priority DESC,
+        scheduled_at, id) from the queue's first runnable row, so nothing is sorted however
+        deep the backlog; SKIP LOCKED passes over rows other workers are claiming. Each arm
+        takes up to ``limit`` (its cap): the batch is the first ``limit`` rows in the
+        queues' order, and the rows read beyond it are let go at the commit."""
         columns = ", ".join(ClaimedJob._fields)
-        sql = (
-            f"SELECT {columns} FROM {self.table} WHERE status = 'pending' AND queue = %(queue)s "
-            f"AND scheduled_at <= {_now()} ORDER BY priority DESC, scheduled_at, id "
-            f"LIMIT {int(limit)} FOR UPDATE SKIP LOCKED"
-        )
-        return sql, {"queue": queue}
+        arms = []
+        params: dict[str, Any] = {"now": self.clock(now)}
+        for arm, queue in enumerate(queues):
+            room = min(limit, (caps or {}).get(queue, limit))
+            if room <= 0:
+                continue
+            params[f"queue_{arm}"] = queue
+            arms.append(
+                f"SELECT {arm} AS arm, {columns} FROM {self.table} WHERE status = 'pending' "
+                f"AND queue = %(queue_{arm})s AND scheduled_at <= {_now()} "
+                f"ORDER BY priority DESC, scheduled_at, id LIMIT {int(room)} "
+                "FOR UPDATE SKIP LOCKED"
+            )
+        if len(arms) <= 1:
+            return "".join(arms), params  # "": every queue is capped at 0
+        return " UNION ALL ".join(f"({arm})" for arm in arms), params
 
     def _claim_capped(
         self,
@@ -204,23 +212,25 @@ class MySQLClaimOps(QueueOps):
         lease_seconds: float,
         now: datetime | None,
     ) -> list[ClaimedJob]:
-        # One transaction: each queue's locking read in turn until the batch is full, then
-        # one UPDATE by primary key. The rows are returned as read, one attempt more.
-        clock = self.clock(now)
-        rows: list[tuple[Any, ...]] = []
+        # One transaction: the locking read of every queue at once (one round trip however
+        # many queues the worker serves), then one UPDATE by primary key. The rows are
+        # returned as read, one attempt more.
+        sql, params = self.claim_sql(
+            order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now,
+            caps=caps,
+        )  # fmt: skip
+        if not sql:
+            return []
         with (
             transaction.atomic(using=self.connection.alias, savepoint=False),
             self.connection.cursor() as cursor,
         ):
-            for queue in order:
-                room = min(limit - len(rows), caps.get(queue, limit))
-                if room <= 0:
-                    if len(rows) >= limit:
-                        break
-                    continue
-                sql, params = self._pick_sql(queue, room)
-                cursor.execute(sql, {"now": clock, **params})
-                rows.extend(cursor.fetchall())
+            cursor.execute(sql, params)
+            # The queues' order, then the claim index's within each (UNION ALL promises
+            # no order of its own).
+            rows = sorted(
+                cursor.fetchall(), key=lambda row: (row[0], -row[8], str(row[9]), row[1])
+            )[:limit]
             if not rows:
                 return []
             now_sql = _now()
@@ -228,12 +238,12 @@ class MySQLClaimOps(QueueOps):
                 f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
                 f"locked_by = %(worker_id)s, locked_at = {now_sql}, started_at = {now_sql}, "
                 f"lease_expires_at = {self.later_sql('lease')}, updated_at = {now_sql} "
-                f"WHERE id IN ({', '.join(str(int(row[0])) for row in rows)})",
-                {"worker_id": worker_id, "now": clock, "lease": lease_seconds},
+                f"WHERE id IN ({', '.join(str(int(row[1])) for row in rows)})",
+                {"worker_id": worker_id, "now": params["now"], "lease": lease_seconds},
             )
         attempts = ClaimedJob._fields.index("attempts")
         jobs = [
-            ClaimedJob._make((*row[:attempts], row[attempts] + 1, *row[attempts + 1 :]))
+            ClaimedJob._make((*row[1 : attempts + 1], row[attempts + 1] + 1, *row[attempts + 2 :]))
             for row in rows
         ]
         jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))

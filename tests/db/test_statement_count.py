@@ -23,6 +23,7 @@ from django.db.backends.signals import connection_created
 
 from django_sqlq import bulk_enqueue
 from django_sqlq.db import ops_for
+from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.models import Job
 from django_sqlq.worker import claimer as claimer_module
 from django_sqlq.worker.completer import Completer
@@ -31,6 +32,8 @@ from django_sqlq.worker.queuecontrol import WOKEN_REFRESH_INTERVAL
 from tests.conftest import run_burst
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+MARIADB = connections["default"].vendor == "mysql"
 
 N = 1000
 #: Claims that find nothing at the end of a burst: one while the last jobs still run, one
@@ -59,9 +62,25 @@ class Statements:
             f"UPDATE {table} SET status = CASE WHEN {table}.cancel_requested_at IS NULL "
             "THEN 'completed'"
         )
+        #: The UPDATE that follows a claim's or a completion's locking read (MariaDB).
+        self.updates: dict[str, str] = {}
+        if MARIADB:
+            # No UPDATE ... RETURNING: a claim is its locking read (of every queue at once),
+            # then an UPDATE of the rows it found, none when it found none; a completion too.
+            self.updates = {
+                self.claim: "claim update",
+                f"UPDATE {table} SET status = CASE WHEN cancel_requested_at IS NULL": (
+                    "completion update"
+                ),
+            }
+            self.claim = f"SELECT 0 AS arm, {', '.join(ClaimedJob._fields)} FROM {table} "
+            self.completion = f"SELECT id, attempts, cancel_requested_at IS NULL FROM {table} "
 
     def kind(self, sql: str) -> str:
-        if sql.startswith(self.claim):
+        for prefix, kind in self.updates.items():
+            if sql.startswith(prefix):
+                return kind
+        if sql.lstrip("(").startswith(self.claim):  # MariaDB: one arm per queue, or several
             return "claim"
         if sql.startswith(self.completion):
             return "completion"
@@ -146,6 +165,16 @@ def test_a_plain_drain_sends_one_claim_and_one_completion_per_batch(
     # Batches, not jobs: fast jobs are claimed and written many at a time.
     assert len(claimed) <= N / 10, claimed
     assert len(written) <= N / 10, written
+    assert_updates_follow_reads(statements, claimed)
+
+
+def assert_updates_follow_reads(statements: Statements, claimed: list[int]) -> None:
+    """MariaDB: one UPDATE per claim that found jobs, at most one per completion's read."""
+    if MARIADB:
+        assert statements.kinds["claim update"] == len([n for n in claimed if n])
+        assert 1 <= statements.kinds["completion update"] <= statements.kinds["completion"]
+    else:
+        assert statements.kinds["claim update"] == statements.kinds["completion update"] == 0
 
 
 def test_nothing_else_is_sent_per_job_or_per_batch(
@@ -180,6 +209,7 @@ def test_nothing_else_is_sent_per_job_or_per_batch(
         statements.others.most_common(10),
     )
     assert others < len(nonempty), statements.others.most_common(10)
+    assert_updates_follow_reads(statements, claimed)
 
 
 def test_the_claim_recognised_here_is_the_workers(statements: Statements) -> None:
