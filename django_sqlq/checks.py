@@ -6,6 +6,7 @@
 - E004: SQLite older than 3.35 (no ``UPDATE ... RETURNING``).
 - E005: the ``mysql`` engine's server is MySQL, or MariaDB older than 10.11.
 - E006: the MariaDB queue database's isolation level is not READ COMMITTED.
+- E007: the queue database is MariaDB and ``USE_TZ`` is False.
 - W001: the SQLite queue database is not in WAL mode.
 - W002: the SQLite queue database has no ``auto_vacuum = INCREMENTAL`` (a file created
   before django_sqlq set it): pruned jobs' pages are reused, but the file never shrinks.
@@ -27,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
@@ -109,6 +111,16 @@ def _check_mysql(alias: str) -> list[CheckMessage]:
                 "needs 'read committed' on MariaDB (Django's default for the mysql backend).",
                 hint="Remove OPTIONS['isolation_level'], or set it to 'read committed'.",
                 id="django_sqlq.E006",
+            )
+        )
+    if not settings.USE_TZ:
+        messages.append(
+            Error(
+                f"The queue database {alias!r} is MariaDB and USE_TZ is False: django_sqlq "
+                "needs USE_TZ = True there (the queue reads the database's UTC clock; naive "
+                "local times would be off by the time zone's offset).",
+                hint="Set USE_TZ = True (Django's default), or use SQLite or PostgreSQL.",
+                id="django_sqlq.E007",
             )
         )
     found = unsupported_server(connection)

@@ -20,6 +20,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_sqlq.conf import get_settings
+from django_sqlq.db import mysql
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.mysql import MySQLOps
 from django_sqlq.db.postgresql import PostgreSQLOps
@@ -136,6 +137,8 @@ def in_raw_transaction(connection: BaseDatabaseWrapper) -> bool:
             # psycopg 3 and psycopg2 >= 2.8: libpq's status; IDLE (0) is no transaction,
             # ACTIVE (1) a command in progress; INTRANS, INERROR: a transaction is open.
             return int(raw.info.transaction_status) in (2, 3)
+        if connection.vendor == "mysql":
+            return mysql.in_transaction(raw)
     except Exception:
         return False
     return False
@@ -158,6 +161,8 @@ def has_uncommitted_writes(connection: BaseDatabaseWrapper) -> bool:
                 cursor.execute("SELECT txid_current_if_assigned() IS NOT NULL")
                 row = cursor.fetchone()
             return bool(row[0]) if row is not None else True
+        if connection.vendor == "mysql":
+            return mysql.has_writes(raw)
     except Exception:
         return True
     return True
@@ -174,6 +179,8 @@ def interrupt_statement(connection: BaseDatabaseWrapper) -> None:
             raw.cancel()
         elif connection.vendor == "sqlite":
             raw.interrupt()
+        elif connection.vendor == "mysql":
+            mysql.kill_query(connection)
 
 
 def abort_transaction(connection: BaseDatabaseWrapper) -> None:

@@ -142,3 +142,13 @@ def test_mysql_or_an_old_mariadb_is_e005(engine, monkeypatch, mariadb, version):
     assert ids(messages) == {"django_sqlq.E005"}
     found = next(m.msg for m in messages if m.id == "django_sqlq.E005")
     assert ("MariaDB 10.6.21" if mariadb else "MySQL 8.4.3") in found
+
+
+@override_settings(USE_TZ=False, TIME_ZONE="Asia/Tokyo")
+def test_mariadb_without_use_tz_is_e007(engine):
+    """Found by an adversary: a naive run_at was stored as Tokyo time and compared with the
+    database's UTC clock, 9 hours off."""
+    _mariadb(engine)
+    messages = run_checks()
+    assert ids(messages) == {"django_sqlq.E007"}
+    assert "USE_TZ = True" in next(m.msg for m in messages if m.id == "django_sqlq.E007")
