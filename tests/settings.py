@@ -115,7 +115,8 @@ STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 SQLQ = {
-    "QUEUES": ["default", "emails", "reports"],
+    # Worker processes of a test that serves more queues get them as JSON.
+    "QUEUES": json.loads(os.environ.get("SQLQ_TEST_QUEUES", '["default", "emails", "reports"]')),
     "LEASE_SECONDS": float(os.environ.get("SQLQ_TEST_LEASE_SECONDS", "30")),
     "POLL_INTERVAL": 0.05,
     # Worker processes of tests that need a backoff set SQLQ_TEST_RETRY_BACKOFF_BASE.

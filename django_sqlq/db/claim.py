@@ -87,6 +87,31 @@ class ClaimOps(QueueRowOps):
             names = names[start:] + names[:start]
         return names
 
+    def runnable(
+        self,
+        queues: Sequence[str] | None,
+        exclude_queues: Sequence[str] = (),
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Whether a job of ``queues`` (else of any queue) but ``exclude_queues`` is pending
+        and due: a plain read, which waits for no lock and takes none. An empty claim does
+        not tell: it skips the rows other workers hold (SKIP LOCKED), and on SQLite it
+        reads at most MAX_CLAIM_QUEUES queues at a time."""
+        where = f"status = 'pending' AND scheduled_at <= {self.now_sql()}"
+        params: dict[str, Any] = {"now": self.clock(now)}
+        if queues is not None:
+            in_sql, in_params = self.in_list_sql("queue", list(queues), "served")
+            where += f" AND {in_sql}"
+            params.update(in_params)
+        if exclude_queues:
+            in_sql, in_params = self.in_list_sql("queue", list(exclude_queues), "excluded")
+            where += f" AND NOT ({in_sql})"
+            params.update(in_params)
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM {self.table} WHERE {where} LIMIT 1", params)
+            return cursor.fetchone() is not None
+
     def pending_queues(self) -> list[str]:
         """The distinct queues of the pending jobs, in name order: a skip scan of the claim
         index (one index probe per queue), not a read of every pending row."""

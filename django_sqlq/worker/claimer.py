@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from django.db import DatabaseError
 
@@ -42,6 +43,9 @@ PREFETCH_COOLDOWN = 5.0
 
 #: Transient database errors in a row after which a --burst worker stops.
 BURST_TRIES = 5
+#: Seconds a --burst worker waits before it claims again when its claim found nothing but
+#: jobs are runnable (held by other workers' claims, or past one claim's reach).
+BURST_RETRY_INTERVAL = 0.05
 
 
 class Claimer:
@@ -137,7 +141,7 @@ class Claimer:
                     pool.inbox.put_many(claimed)
                     completer.flush(idle=pool.busy == 0)
                     continue
-                if burst and idle:
+                if burst and idle and self.burst_over(control.exclude):
                     return  # nothing runnable, nothing running, nothing left to write
                 tidier.quiet(last_claim - quiet_since, context.poll_interval)
             completer.flush(idle=pool.busy == 0)
@@ -151,6 +155,22 @@ class Claimer:
                 continue
             context.wakeup.wait(self.wait_time(last_claim, changes.interval, room=limit > 0))
             context.wakeup.clear()
+
+    def burst_over(self, exclude: Sequence[str]) -> bool:
+        """After a claim that found nothing, with nothing running: whether no job this
+        worker serves is runnable, so that ``--burst`` ends. Else (jobs the claim did not
+        reach: rows other workers held, queues past one claim's reach) it waits
+        BURST_RETRY_INTERVAL, and the loop claims again. A database error counts as over
+        (the burst ends, as it did before this check)."""
+        try:
+            left = ops_for(self.database).runnable(
+                self.context.queues, exclude, now=self.context.now()
+            )
+        except DatabaseError:
+            return True
+        if left:
+            self.context.stop_event.wait(BURST_RETRY_INTERVAL)
+        return not left
 
     def limit(self) -> int:
         """How many jobs to claim now: free slots, plus a prefetch window when jobs are fast

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 from django_sqlq import bulk_enqueue, enqueue
 from django_sqlq.models import Job, JobStatus
@@ -221,3 +224,19 @@ def test_a_burst_worker_exits_once_its_work_is_written_whatever_its_poll_interva
     assert worker.wait(timeout=60) == 0, worker.output()
     statuses = Job.objects.filter(pk__in=[job.pk for job in enqueued]).values_list("status")
     assert [status for (status,) in statuses] == [JobStatus.COMPLETED] * 3
+
+
+def test_a_burst_worker_drains_every_queue_however_many_it_serves(spawn_worker):
+    """Found by adversaries (SQLite, then MariaDB): a ``--burst`` worker exited after a claim
+    that found nothing while jobs were runnable. On SQLite one claim reads 300 of the
+    queues it serves at most (here the first 300 are empty); on the engines with row locks
+    a claim skips the rows other workers hold. An empty claim is not the end: the worker
+    looks for a runnable job first."""
+    queues = [f"q{n:03d}" for n in range(330)]
+    with override_settings(SQLQ={**settings.SQLQ, "QUEUES": queues}):
+        for queue in queues[300:]:
+            bulk_enqueue("tests.noop", [{}], queue=queue)
+    worker = spawn_worker("--burst", env={"SQLQ_TEST_QUEUES": json.dumps(queues)})
+    assert worker.wait(timeout=120) == 0, worker.output()
+    assert not Job.objects.exclude(status=JobStatus.COMPLETED).exists()
+    assert Job.objects.count() == 30
