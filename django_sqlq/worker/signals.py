@@ -148,12 +148,12 @@ def worker_signals(worker: Stoppable) -> contextlib.AbstractContextManager[None]
     forces it."""
 
     def on_stop(signum: int, count: int) -> None:  # noqa: ARG001 (handler()'s callback)
+        worker.stop()  # first: once the line is out, the worker claims nothing more
         logger.info(
             "Worker %s received %s: finishing running jobs, then stopping",
             worker.worker_id,
             name(signum),
         )
-        worker.stop()
 
     def on_force(signum: int) -> None:  # noqa: ARG001 (handler()'s callback)
         worker.forced = True  # before raising: see the finally clause in Worker.run

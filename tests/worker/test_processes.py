@@ -104,6 +104,9 @@ def test_sigterm_gives_back_claimed_but_unstarted_jobs_at_once(tmp_path, spawn_w
     worker = spawn_worker()
     wait_for(started.exists)
     worker.signal(signal.SIGTERM)
+    # The stop is set by a thread the signal starts: released before it, the running job
+    # could end and the waiting one be claimed first (seen on a loaded machine).
+    wait_for(lambda: "received SIGTERM" in worker.output())
     release.touch()
     assert worker.wait(timeout=30) == 0, worker.output()
     assert Job.objects.get(pk=running.pk).status == JobStatus.COMPLETED
