@@ -51,7 +51,8 @@ PROCESS_MODULES = (
 
 # MariaDB (issue 24, in progress): the tests that start real processes run there from these
 # folders so far; the others' processes have not been tried on it yet (SQLQ_TEST_MARIADB_TRY=
-# workflows,steps runs those folders' too, to try them).
+# workflows,steps runs those folders' too, to try them; SQLQ_TEST_MARIADB_TRY=faults, the
+# whole fault suite).
 MARIADB_PROCESS_DIRS = (
     "worker",
     "enqueue",
@@ -61,12 +62,20 @@ MARIADB_PROCESS_DIRS = (
     "retention",
     "schedules",
     "tasks_backend",
+    "commands",
+    "db",
+    "observability",
+    "docs",
 )
 
 # The fault suite's tests that run on MariaDB so far (a prefix of node ids each).
 MARIADB_FAULTS = (
     "tests/faults/test_handlers.py::test_a_handler_that_leaves_its_connection_open",
     "tests/faults/test_handlers.py::test_after_a_transaction_left_open_the_worker_still_stops",
+    "tests/faults/test_kill_storm.py",  # kill -9 of workers, again and again
+    "tests/faults/test_leases.py",
+    "tests/faults/test_contention.py",  # every writer blocked (LOCK TABLES), then let go
+    "tests/faults/test_shutdown.py",
 )
 
 # Tests that do not pass on MariaDB yet, with why: each is a piece of issue 24 still to do (or
@@ -98,6 +107,8 @@ MARIADB_PENDING = {
     "locking read and an UPDATE (no UPDATE ... RETURNING); its statement count is to write",
     "tests/db/test_db.py::test_completing_a_batch": "the completion's plan and statements "
     "on MariaDB are to check",
+    "tests/db/test_db.py::test_the_steps_asleep_are_read_from_their_own_index": "EXPLAIN "
+    "of SQLite's and PostgreSQL's plans (MariaDB's index of the steps asleep holds every row)",
     "tests/db/test_db.py::test_the_workers_claim_reads_its_index_in_order": "EXPLAIN of "
     "MariaDB's claim is to read",
     "tests/admin/test_admin.py::test_the_list_reads_the_head_of_the_error": "EXPLAIN on MariaDB",
@@ -124,6 +135,14 @@ MARIADB_PENDING = {
     "refusing trigger is to write in MariaDB's dialect",
     "tests/commands/test_checks.py::test_listen_alias_of_another_database": "LISTEN is "
     "PostgreSQL's; the test's expectation is to write for MariaDB",
+    "tests/docs/test_docs_snippets.py::test_retention": "the page's dbshell SQL (REINDEX "
+    "CONCURRENTLY) is PostgreSQL's; MariaDB's is not on the page yet",
+    "tests/faults/test_handlers.py::test_naive_local_times_agree_with_the_database_clock": (
+        "USE_TZ = False is refused on MariaDB (check E007)"
+    ),
+    "tests/faults/test_input.py::test_with_a_higher_limit_a_50_mb_payload_travels_whole": (
+        "needs max_allowed_packet over 100 MiB (docs/reference/mariadb.md); the server's is 16"
+    ),
 }
 
 
@@ -147,12 +166,13 @@ def _mark_mariadb_pending(item: pytest.Item, in_process: bool) -> None:
         if item.nodeid.startswith(prefix):
             item.add_marker(pytest.mark.skip(reason=f"MariaDB, pending: {why}"))
             return
+    tried = MARIADB_PROCESS_DIRS + tuple(os.environ.get("SQLQ_TEST_MARIADB_TRY", "").split(","))
     if item.get_closest_marker("faults") is not None:
-        if not item.nodeid.startswith(MARIADB_FAULTS):
+        # SQLQ_TEST_MARIADB_TRY=faults tries the whole suite.
+        if not item.nodeid.startswith(MARIADB_FAULTS) and "faults" not in tried:
             item.add_marker(pytest.mark.skip(reason="MariaDB: fault not tried here yet"))
         return
     parts = item.nodeid.split("/")
-    tried = MARIADB_PROCESS_DIRS + tuple(os.environ.get("SQLQ_TEST_MARIADB_TRY", "").split(","))
     if in_process and (len(parts) < 3 or parts[1] not in tried):
         item.add_marker(pytest.mark.skip(reason="MariaDB: processes not tried here yet"))
 
@@ -423,7 +443,8 @@ def spawn_worker(
 
 
 def pg_params() -> dict[str, Any]:
-    """psycopg.connect() keywords for the test run's PostgreSQL server."""
+    """psycopg.connect() keywords for the test run's PostgreSQL server (MySQLdb.connect()'s
+    for its MariaDB server)."""
     params = connections["default"].get_connection_params()
     return {k: params[k] for k in ("host", "port", "user", "password") if k in params}
 
@@ -431,13 +452,24 @@ def pg_params() -> dict[str, Any]:
 @pytest.fixture
 def fresh_database(engine: str, tmp_path: Path) -> Iterator[str]:
     """A new, empty database on the suite's engine: a file path (SQLite) or a database name
-    (PostgreSQL, dropped afterwards)."""
-    if engine == "mysql":
-        pytest.skip("MariaDB, pending: the fresh-database projects' settings (issue 24)")
+    (PostgreSQL, MariaDB: dropped afterwards)."""
     if engine == "sqlite":
         yield str(tmp_path / "fresh.sqlite3")
         return
     import uuid
+
+    if engine == "mysql":
+        import MySQLdb
+
+        name = f"test_sqlq_fresh_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        with contextlib.closing(MySQLdb.connect(**pg_params())) as admin:
+            admin.cursor().execute(f"CREATE DATABASE `{name}`")
+        try:
+            yield name
+        finally:
+            with contextlib.closing(MySQLdb.connect(**pg_params())) as admin:
+                admin.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        return
 
     import psycopg
 

@@ -50,10 +50,11 @@ elif ENGINE == "mysql":
         "PASSWORD": os.environ.get("SQLQ_TEST_MYSQL_PASSWORD", ""),
         "OPTIONS": {"charset": "utf8mb4"},
     }
+    _db = os.environ.get("SQLQ_TEST_MYSQL_DB", "test")
     _run = os.environ.setdefault("SQLQ_TEST_RUN_ID", f"{os.getpid()}")
     DATABASES = {
-        "default": {**_my, "NAME": "test", "TEST": {"NAME": f"test_sqlq_{_run}"}},
-        "other": {**_my, "NAME": "test", "TEST": {"NAME": f"test_sqlq_other_{_run}"}},
+        "default": {**_my, "NAME": _db, "TEST": {"NAME": f"test_sqlq_{_run}"}},
+        "other": {**_my, "NAME": _db, "TEST": {"NAME": f"test_sqlq_other_{_run}"}},
     }
 elif ENGINE == "sqlite":
     DATABASES = {

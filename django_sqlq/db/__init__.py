@@ -74,6 +74,8 @@ def vendor(alias: str) -> str:
 
 def configure_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:  # noqa: ARG001 (a signal receiver)
     """``connection_created`` receiver: tune new connections to the queue's database."""
+    if connection.vendor == "mysql":  # any alias: a handler's statement there can time out
+        mysql.remember_thread_id(connection)
     try:
         queue_alias = get_settings().DATABASE
     except Exception:  # a bad SQLQ setting is reported by the system checks

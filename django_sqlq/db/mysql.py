@@ -126,12 +126,23 @@ def has_writes(raw: Any) -> bool:
     return row is not None and bool(row[0])
 
 
+def remember_thread_id(connection: Any) -> None:
+    """``connection_created``: keep the new session's id for kill_query, which needs it
+    while the connection runs a statement in another thread (mysqlclient 2.3 refuses any
+    call on a connection in use there, ``thread_id()`` too). No round trip."""
+    raw = connection.connection
+    raw.sqlq_thread_id = raw.thread_id()
+
+
 def kill_query(connection: Any) -> None:
     """Stop the statement running on ``connection`` (in another thread): ``KILL QUERY`` of
     its session, sent on a connection of its own, as MariaDB has no cancel request."""
     import MySQLdb
 
-    thread = connection.connection.thread_id()
+    raw = connection.connection
+    thread = getattr(raw, "sqlq_thread_id", None)
+    if thread is None:
+        thread = raw.thread_id()
     killer = MySQLdb.connect(**connection.get_connection_params())
     try:
         with killer.cursor() as cursor:

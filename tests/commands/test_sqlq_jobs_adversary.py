@@ -30,6 +30,10 @@ SHOW_FIELDS = LIST_FIELDS | {
     "progress_message", "payload", "result", "last_error",
 }  # fmt: skip
 
+# cli() starts real processes: on MariaDB each alias's test database must exist for their
+# system checks (tests/conftest.py's _every_mariadb_test_database, as worker_env has it).
+pytestmark = pytest.mark.usefixtures("_every_mariadb_test_database")
+
 
 def run(*args: str, **options: Any) -> tuple[str, str, int]:
     """call_command, returning (stdout, stderr, exit status as the command line would)."""

@@ -3,6 +3,7 @@ database, in real processes on a throwaway database."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -33,6 +34,12 @@ def sql(engine: str, database: str, statement: str) -> None:
     if engine == "sqlite":
         with sqlite3.connect(database) as con:
             con.execute(statement)
+        return
+    if engine == "mysql":
+        import MySQLdb
+
+        with contextlib.closing(MySQLdb.connect(db=database, **pg_params())) as con:
+            con.cursor().execute(statement)
         return
     import psycopg
 

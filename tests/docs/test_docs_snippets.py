@@ -50,6 +50,7 @@ from typing import Any
 
 import django
 import pytest
+from django.db import connections
 
 from tests.conftest import ROOT, pg_params
 
@@ -293,6 +294,13 @@ class Project:
         if sqlite_file is not None or self.engine == "sqlite":
             with closing(sqlite3.connect(sqlite_file or self.database)) as conn:
                 return conn.execute(sql).fetchall()
+        if self.engine == "mysql":
+            import MySQLdb
+
+            with closing(MySQLdb.connect(db=self.database, **pg_params())) as my:
+                cursor = my.cursor()
+                cursor.execute(sql)
+                return list(cursor.fetchall())
         import psycopg
 
         with psycopg.connect(dbname=self.database, **pg_params()) as conn:
@@ -321,6 +329,17 @@ def database_settings(engine: str, name: str, alias: str = "default") -> str:
     entry: dict[str, Any]
     if engine == "sqlite":
         entry = {"ENGINE": "django.db.backends.sqlite3", "NAME": name}
+    elif engine == "mysql":
+        params = pg_params()
+        entry = {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": name,
+            "HOST": params.get("host", ""),
+            "PORT": str(params.get("port", "")),
+            "USER": params.get("user", ""),
+            "PASSWORD": params.get("password", ""),
+            "OPTIONS": {"charset": "utf8mb4"},  # docs/reference/mariadb.md's
+        }
     else:
         params = pg_params()
         entry = {
@@ -361,9 +380,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def drop_later() -> Iterator[Callable[[str], None]]:
-    """Drops a page's PostgreSQL database in a thread of its own while the next pages run (a
-    DROP DATABASE waits for a checkpoint: seconds on a loaded machine); all are dropped by
-    the end of the module."""
+    """Drops a page's PostgreSQL (or MariaDB) database in a thread of its own while the next
+    pages run (a DROP DATABASE waits for a checkpoint: seconds on a loaded machine); all are
+    dropped by the end of the module."""
     futures: list[Future[None]] = []
     with ThreadPoolExecutor(max_workers=1) as pool:
         yield lambda name: futures.append(pool.submit(drop_database, name))
@@ -372,6 +391,12 @@ def drop_later() -> Iterator[Callable[[str], None]]:
 
 
 def drop_database(name: str) -> None:
+    if connections["default"].vendor == "mysql":
+        import MySQLdb
+
+        with closing(MySQLdb.connect(**pg_params())) as my:
+            my.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        return
     import psycopg
 
     with psycopg.connect(dbname="postgres", autocommit=True, **pg_params()) as admin:
@@ -382,15 +407,21 @@ def drop_database(name: str) -> None:
 def fresh_database(
     engine: str, tmp_path: Path, drop_later: Callable[[str], None]
 ) -> Iterator[str]:
-    """conftest's fresh_database, with the PostgreSQL database dropped by ``drop_later``."""
+    """conftest's fresh_database, with the server's database dropped by ``drop_later``."""
     if engine == "sqlite":
         yield str(tmp_path / "fresh.sqlite3")
         return
-    import psycopg
-
     name = f"test_sqlq_fresh_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dbname="postgres", autocommit=True, **pg_params()) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    if engine == "mysql":
+        import MySQLdb
+
+        with closing(MySQLdb.connect(**pg_params())) as my:
+            my.cursor().execute(f"CREATE DATABASE `{name}`")
+    else:
+        import psycopg
+
+        with psycopg.connect(dbname="postgres", autocommit=True, **pg_params()) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
     try:
         yield name
     finally:
@@ -485,6 +516,8 @@ def test_sqlite_to_postgresql(project: Project) -> None:
     project.manage("migrate", "--database", "queue", "-v", "0")  # step 3
     if project.engine == "sqlite":
         sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    elif project.engine == "mysql":
+        sql = "SHOW TABLES"
     else:
         sql = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
     assert sorted(name for (name,) in project.rows(sql)) == [

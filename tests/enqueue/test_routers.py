@@ -179,6 +179,16 @@ def tables(engine: str, database: str) -> set[str]:
         finally:
             db.close()
         return {name for (name,) in rows if not name.startswith("sqlite_")}
+    if engine == "mysql":
+        import MySQLdb
+
+        db = MySQLdb.connect(db=database, **pg_params())
+        try:
+            with db.cursor() as cursor:
+                cursor.execute("SHOW TABLES")
+                return {name for (name,) in cursor.fetchall()}
+        finally:
+            db.close()
     import psycopg
 
     with psycopg.connect(dbname=database, **pg_params()) as pg:

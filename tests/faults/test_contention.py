@@ -2,7 +2,7 @@
 pause between transactions (as web processes pause between requests) while four workers drain,
 and another writer takes the write lock for 2 s at random moments, leaving it free for 1-3 s
 between holds (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a ``LOCK TABLE`` that blocks every
-writer of the jobs table).
+writer of the jobs table; MariaDB: ``LOCK TABLES ... READ``, the same).
 
 No "database is locked" reaches an enqueuing caller or a worker's log; no job is lost or
 run twice.
@@ -64,6 +64,8 @@ class LockHolder(threading.Thread):
         try:
             if self.vendor == "sqlite":
                 self._run_sqlite()
+            elif self.vendor == "mysql":
+                self._run_mariadb()
             else:
                 self._run_postgresql()
         except BaseException as exc:  # reported by the test
@@ -99,6 +101,23 @@ class LockHolder(threading.Thread):
                     self.waited.append(time.monotonic() - asked)
                     time.sleep(HOLD_SECONDS)
                 self.holds += 1
+
+    def _run_mariadb(self) -> None:
+        import MySQLdb
+
+        db = MySQLdb.connect(**self.params)
+        try:
+            with db.cursor() as cursor:
+                while self._pause():
+                    asked = time.monotonic()
+                    # Every writer of the table waits, and every locking read (the claims).
+                    cursor.execute("LOCK TABLES sqlq_job READ")
+                    self.waited.append(time.monotonic() - asked)
+                    time.sleep(HOLD_SECONDS)
+                    cursor.execute("UNLOCK TABLES")
+                    self.holds += 1
+        finally:
+            db.close()
 
 
 def start_enqueuer(

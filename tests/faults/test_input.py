@@ -155,8 +155,8 @@ def test_a_type_name_of_10000_characters_written_by_hand():
     try:
         hand_edit("UPDATE sqlq_job SET type = %s WHERE id = %s", ["y" * 10_000, job.pk])
     except DatabaseError:
-        # PostgreSQL enforces varchar(255).
-        assert connection.vendor == "postgresql"
+        # PostgreSQL enforces varchar(255), and MariaDB in strict mode (its default).
+        assert connection.vendor in ("postgresql", "mysql")
         assert status(job) == (JobStatus.PENDING, 0)
         return
     good = enqueue("tests.noop")
@@ -239,21 +239,22 @@ def test_invalid_option_values_exit_2_with_a_one_line_message(args, message, wor
 @pytest.fixture
 def unmigrated_env(worker_env, tmp_path):
     """The environment of a worker whose database has no tables: a new SQLite file, or a
-    new PostgreSQL database (dropped afterwards)."""
+    new PostgreSQL or MariaDB database (dropped afterwards)."""
     env = {k: v for k, v in worker_env.items() if k != "SQLQ_TEST_USE_TEST_DB"}
     if connection.vendor == "sqlite":
         (tmp_path / "empty").mkdir()
         yield {**env, "SQLQ_TEST_RUN_DIR": str(tmp_path / "empty")}
         return
-    name = f"sqlq_unmigrated_{os.getpid()}"
+    name = connection.ops.quote_name(f"sqlq_unmigrated_{os.getpid()}")
+    mariadb = connection.vendor == "mysql"
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        cursor.execute(f'CREATE DATABASE "{name}"')
+        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+        cursor.execute(f"CREATE DATABASE {name}")
     try:
-        yield {**env, "SQLQ_TEST_PG_DB": name}
+        yield {**env, ("SQLQ_TEST_MYSQL_DB" if mariadb else "SQLQ_TEST_PG_DB"): name[1:-1]}
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cursor.execute(f"DROP DATABASE IF EXISTS {name}{'' if mariadb else ' WITH (FORCE)'}")
 
 
 def test_a_worker_started_before_migrate_says_so_and_exits(unmigrated_env):
@@ -269,9 +270,10 @@ def test_a_worker_started_before_migrate_says_so_and_exits(unmigrated_env):
 def test_a_worker_that_cannot_reach_its_database_says_so_in_one_line(
     processes, worker_env, tmp_path
 ):
-    # SQLite: a file in a directory that does not exist; PostgreSQL: a port nobody serves.
+    # SQLite: a file in a directory that does not exist; PostgreSQL, MariaDB: a port nobody
+    # serves.
     env = {**worker_env, "SQLQ_TEST_RUN_DIR": str(tmp_path / "missing" / "dir"),
-           "SQLQ_TEST_PG_PORT": "1"}  # fmt: skip
+           "SQLQ_TEST_PG_PORT": "1", "SQLQ_TEST_MYSQL_PORT": "1"}  # fmt: skip
     code, stderr = sqlq_worker("--processes", processes, env=env)
     assert code == 1, stderr
     lines = stderr.strip().splitlines()

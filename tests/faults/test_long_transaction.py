@@ -2,6 +2,8 @@
 
 PostgreSQL: an idle-in-transaction REPEATABLE READ session holds back the xmin horizon, so
 vacuum can reclaim none of the row versions that claims and completions leave behind.
+MariaDB: the same session's read view holds back InnoDB's purge of the undo log (its history
+list grows).
 SQLite: a long read transaction pins the WAL, so checkpoints cannot reset it and it grows.
 Either way throughput may drop, but never to zero, and the queue catches up afterwards.
 
@@ -77,6 +79,9 @@ def old_snapshot() -> Iterator[dict[str, object]]:
         finally:
             db.close()
         return
+    if vendor == "mysql":
+        yield from _old_mariadb_snapshot(facts)
+        return
     import psycopg
 
     params = dict(connections["default"].get_connection_params())
@@ -94,6 +99,37 @@ def old_snapshot() -> Iterator[dict[str, object]]:
             cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'sqlq_job'")
             facts["dead_row_versions_at_end_of_hold"] = cursor.fetchone()[0]
         pg.rollback()
+
+
+def _old_mariadb_snapshot(facts: dict[str, object]) -> Iterator[dict[str, object]]:
+    import MySQLdb
+
+    def history_length() -> int:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT count FROM information_schema.innodb_metrics "
+                "WHERE name = 'trx_rseg_history_len'"
+            )
+            return int(cursor.fetchone()[0])
+
+    db = MySQLdb.connect(**connections["default"].get_connection_params())
+    try:
+        with db.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cursor.execute("SELECT count(*) FROM sqlq_job")
+            cursor.fetchone()
+            cursor.execute(
+                "SELECT trx_isolation_level FROM information_schema.innodb_trx "
+                "WHERE trx_mysql_thread_id = CONNECTION_ID()"
+            )
+            assert cursor.fetchone() == ("REPEATABLE READ",)
+            before = history_length()
+            yield facts
+            facts["history_list_growth_during_hold"] = history_length() - before
+            cursor.execute("ROLLBACK")
+    finally:
+        db.close()
 
 
 def phase(seconds: float, producer: Producer) -> None:

@@ -219,6 +219,11 @@ def poison_session(payload: dict[str, Any]) -> str:
                 {"read_only": "SET default_transaction_read_only = on",
                  "search_path": "SET search_path TO pg_catalog"}[payload["how"]]
             )  # fmt: skip
+        elif connection.vendor == "mysql":  # the default database is MariaDB's search_path
+            cursor.execute(
+                {"read_only": "SET SESSION TRANSACTION READ ONLY",
+                 "search_path": "USE information_schema"}[payload["how"]]
+            )  # fmt: skip
         else:
             cursor.execute("PRAGMA query_only = 1")
     if payload.get("raise"):
@@ -237,6 +242,9 @@ def db_hang(payload: dict[str, Any]) -> str:
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
                 cursor.execute("SELECT pg_sleep(%s)", [payload.get("seconds", 60)])
+            elif connection.vendor == "mysql":  # a killed SLEEP() or BENCHMARK() just returns
+                rows = int(payload.get("seconds", 60)) * 10**7  # seconds' worth at least
+                cursor.execute(f"SELECT MAX(MD5(seq)) FROM seq_1_to_{rows}")
             else:  # a statement that runs for minutes
                 cursor.execute(
                     "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r "
