@@ -82,7 +82,9 @@ class Steps:
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """The recorded result of step ``name``, or ``fn(*args, **kwargs)``'s, recorded."""
-        from django_sqlq.models import JobStep, StepKind
+        # (models.steps, not the models package: importing from a package calls into
+        # importlib each time, a microsecond of every step.)
+        from django_sqlq.models.steps import StepKind, StepState
 
         if not callable(fn):
             raise StepError(f"step({name!r}, fn): fn must be callable, got {fn!r}.")
@@ -90,18 +92,24 @@ class Steps:
         if recorded is not None:
             return recorded.result
         limit = get_settings().MAX_PAYLOAD_BYTES
+        ops = ops_for(self.alias)
         try:
-            with ops_for(self.alias).step_transaction():
+            # Only fn, its result's encoding and the record's INSERT inside: on SQLite the
+            # transaction holds the database's one write lock from fn's first write to the
+            # commit, and every other writer of the worker waits meanwhile.
+            with ops.step_transaction():
                 result = fn(*args, **kwargs)
                 try:
                     text = encode_json(result, what=f"result of step {name!r}", limit=limit)
                 except PayloadError as exc:
                     raise StepError(str(exc)) from exc
-                row = JobStep(
-                    job_id=self.job_id, name=name, kind=StepKind.STEP, result=json.loads(text)
-                )
-                row.pk = ops_for(self.alias).record_step(
-                    job_id=self.job_id, name=name, kind=row.kind, state=row.state, result=text
+                ops.record_step(
+                    job_id=self.job_id,
+                    name=name,
+                    kind=StepKind.STEP,
+                    state=StepState.DONE,
+                    result=text,
+                    returning=False,
                 )
         except IntegrityError as exc:
             if self._recorded_elsewhere(name):
@@ -111,10 +119,10 @@ class Steps:
                     "step were rolled back."
                 ) from exc
             raise
-        self._recorded_steps()[name] = row
         # What a replay returns (JSON's reading of it: a tuple comes back a list), the first
-        # time too: the handler goes on the same way whichever attempt it is.
-        return row.result
+        # time too: the handler goes on the same way whichever attempt it is. (Not kept in
+        # the attempt's recorded steps: its name cannot be taken again in this attempt.)
+        return json.loads(text)
 
     def sleep(self, name: str, when: float | timedelta | datetime) -> None:
         """Sleep until ``when`` (seconds, a timedelta, or an aware datetime): the first time,
@@ -197,9 +205,11 @@ class Steps:
         if self._recorded is None:
             from django_sqlq.models import JobStep
 
-            sql = ops_for(self.alias).RECORDED_STEPS
-            rows = JobStep.objects.using(self.alias).raw(sql, [self.job_id])
-            self._recorded = {row.name: row for row in rows}
+            ops = ops_for(self.alias)
+            self._recorded = {}
+            if ops.has_recorded_steps(self.job_id):
+                rows = JobStep.objects.using(self.alias).raw(ops.RECORDED_STEPS, [self.job_id])
+                self._recorded = {row.name: row for row in rows}
         return self._recorded
 
     def _take(self, name: str, kind: str) -> JobStep | None:

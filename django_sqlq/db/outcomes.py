@@ -207,7 +207,9 @@ class OutcomeOps(Dialect):
         now_sql = self.now_sql()
         rows = self.update_returning(
             f"state = 'done', result = {self.json_param_sql('payload')}, updated_at = {now_sql}",
-            "wait_key = %(key)s AND state = 'waiting'",
+            # The index of the steps asleep is partial to this IN: SQLite uses it only for a
+            # WHERE that names its condition as it is written.
+            "state IN ('sleeping', 'waiting') AND state = 'waiting' AND wait_key = %(key)s",
             "job_id",
             {"now": self.clock(now), "key": key, "payload": payload},
             table="sqlq_job_step",

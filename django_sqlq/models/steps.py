@@ -58,12 +58,11 @@ class JobStep(models.Model):
         verbose_name_plural = _("job steps")
         ordering = ["job_id", "id"]
         indexes = [
-            # emit_event(): the jobs that wait for a key.
-            models.Index(fields=["wait_key"], name="sqlq_job_step_wait_key_idx"),
-            # The dashboard's count of the jobs asleep: the few steps not done, not the
-            # done ones, which stay until their jobs are pruned.
+            # The steps asleep, and only they (a done step, which every step() records,
+            # enters no index but the unique one): emit_event()'s waiters of a key (state =
+            # 'waiting' AND wait_key = key), and the dashboard's count of the jobs asleep.
             models.Index(
-                fields=["state"],
+                fields=["state", "wait_key"],
                 name="sqlq_job_step_asleep_idx",
                 condition=models.Q(state__in=["sleeping", "waiting"]),
             ),

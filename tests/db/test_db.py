@@ -172,6 +172,52 @@ def test_the_workers_claim_reads_its_index_in_order(options):
             _assert_no_sort_no_scan(plan)
 
 
+def test_the_steps_asleep_are_read_from_their_own_index():
+    """emit_event()'s look-up of a key's waiters and the dashboard's count of the jobs asleep
+    read the index of the steps asleep, not the done steps every job that takes steps
+    leaves behind (which enter no index but the unique one)."""
+    from django_sqlq import emit_event
+    from django_sqlq.dashboard.queries import asleep_counts
+    from django_sqlq.models import JobStep
+
+    # A thousand finished jobs' steps, two thousand future jobs, ten jobs asleep.
+    JobStep.objects.bulk_create(
+        [JobStep(job_id=n, name=f"step-{i}") for n in range(1000) for i in range(3)]
+    )
+    later = timezone.now() + timedelta(days=3)
+    bulk_enqueue("tests.noop", [{} for _ in range(2000)], run_at=later)
+    asleep = bulk_enqueue("tests.noop", [{} for _ in range(10)], run_at=later)
+    JobStep.objects.bulk_create(
+        [
+            JobStep(job_id=job.id, name="paid", kind="event", state="waiting", wait_key=f"k{n}")
+            for n, job in enumerate(asleep[:5])
+        ]
+        + [
+            JobStep(job_id=job.id, name="nap", kind="sleep", state="sleeping")
+            for job in asleep[5:]
+        ]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE sqlq_job_step")
+        cursor.execute("ANALYZE sqlq_job")
+    with CaptureQueriesContext(connection) as queries:
+        emit_event("k1", {"paid": True})
+        asleep_counts("default")
+    reads = [
+        q["sql"]
+        for q in queries
+        if "sqlq_job_step" in q["sql"]
+        and ("wait_key" in q["sql"].split("WHERE", 1)[-1] or "COUNT" in q["sql"])
+    ]
+    assert len(reads) == 2, [q["sql"] for q in queries]
+    for sql in reads:
+        plan = _plan(sql)
+        assert "sqlq_job_step_asleep_idx" in plan, (sql, plan)
+        assert "SCAN sqlq_job_step" not in plan, plan
+        assert "Seq Scan on sqlq_job_step" not in plan, plan
+    assert JobStep.objects.get(job_id=asleep[1].id).state == "done"
+
+
 def _assert_no_sort_no_scan(plan: str) -> None:
     if connection.vendor == "sqlite":
         assert "TEMP B-TREE" not in plan, plan

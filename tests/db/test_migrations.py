@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.migrations.executor import MigrationExecutor
 
 from django_sqlq.models import Job
@@ -90,3 +90,79 @@ def test_the_index_diet_drops_the_completed_at_index_and_keeps_existing_uuids():
     finally:
         migrate(leaves)
     assert "sqlq_job_completed_idx" not in job_indexes()
+
+
+ASLEEP_MIGRATION = ("django_sqlq", "0016_step_records")
+
+
+def step_indexes() -> dict[str, list[str]]:
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "sqlq_job_step")
+    return {
+        name: info["columns"]
+        for name, info in constraints.items()
+        if info["index"] and not info["unique"] and not info["primary_key"]
+    }
+
+
+def step_table_sql() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'sqlq_job_step'"
+        )
+        return str(cursor.fetchone()[0])
+
+
+def test_a_steps_record_writes_less_and_the_steps_are_kept():
+    """0016: the index of every step's wait_key and the one of the steps asleep become one
+    index of the steps asleep (state, wait_key); on SQLite the table's ids lose
+    AUTOINCREMENT (its sqlite_sequence page, rewritten by every step). Existing steps stay,
+    ids included, and back again."""
+    from django_sqlq.models import JobStep
+
+    executor = MigrationExecutor(connection)
+    [before] = executor.loader.graph.node_map[ASLEEP_MIGRATION].parents
+    leaves = executor.loader.graph.leaf_nodes("django_sqlq")
+    assert not executor.loader.get_migration(*ASLEEP_MIGRATION).atomic  # CONCURRENTLY
+    sqlite = connection.vendor == "sqlite"
+    executor = migrate([before.key])
+    try:
+        assert set(step_indexes()) == {"sqlq_job_step_wait_key_idx", "sqlq_job_step_asleep_idx"}
+        assert not sqlite or "AUTOINCREMENT" in step_table_sql()
+        JobStep.objects.bulk_create(
+            [JobStep(job_id=n, name="charge", result={"n": n}) for n in range(10)]
+            + [JobStep(job_id=99, name="paid", kind="event", state="waiting", wait_key="k")]
+        )
+        columns = ("id", "job_id", "name", "state", "wait_key", "result", "created_at")
+        old = list(JobStep.objects.order_by("id").values_list(*columns))
+        sent: list[str] = []
+
+        def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            sent.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(record):
+            migrate([ASLEEP_MIGRATION])
+        assert step_indexes() == {"sqlq_job_step_asleep_idx": ["state", "wait_key"]}
+        indexes = [sql for sql in sent if "INDEX" in sql and "sqlq_job_step" in sql]
+        assert len(indexes) == 3 + sqlite, indexes  # 2 drops, a create (+ its copy on SQLite)
+        assert all(
+            ("CONCURRENTLY" in sql) == (connection.vendor == "postgresql") for sql in indexes
+        )
+        if sqlite:
+            assert "AUTOINCREMENT" not in step_table_sql()
+            assert "sqlq_job_step_unique" in step_table_sql()
+        else:  # no table rebuilt elsewhere
+            assert [sql for sql in sent if "sqlq_job_step" in sql] == indexes
+        assert list(JobStep.objects.order_by("id").values_list(*columns)) == old
+        newer = JobStep.objects.create(job_id=100, name="charge")
+        assert newer.pk > old[-1][0]
+        with pytest.raises(IntegrityError):  # (job, name) still unique
+            JobStep.objects.create(job_id=100, name="charge")
+        migrate([before.key])
+        assert set(step_indexes()) == {"sqlq_job_step_wait_key_idx", "sqlq_job_step_asleep_idx"}
+        assert not sqlite or "AUTOINCREMENT" in step_table_sql()
+        assert JobStep.objects.count() == len(old) + 1
+    finally:
+        migrate(leaves)
+    assert step_indexes() == {"sqlq_job_step_asleep_idx": ["state", "wait_key"]}

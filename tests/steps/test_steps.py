@@ -281,3 +281,49 @@ def test_a_sleep_until_a_datetime_past_a_century_is_refused():
     steps = Steps("default", job.id)
     with pytest.raises(StepError, match="100 years"):
         steps.sleep("far", datetime.max.replace(tzinfo=UTC))
+
+
+def _order(item: str) -> str:
+    Order.objects.create(item=item)
+    return item
+
+
+def test_a_step_another_attempt_recorded_meanwhile_is_refused_and_its_writes_roll_back():
+    """Two attempts of one job (the first lost its lease, a second runs): the step one of
+    them recorded is refused to the other, whose writes in it roll back."""
+    from django_sqlq.exceptions import LeaseLostError
+
+    job = enqueue("tests.noop")
+    first, second = Steps("default", job.id), Steps("default", job.id)
+    assert first.step("warm-up", _order, "lease warm-up") == "lease warm-up"  # read, before
+    assert second.step("charge", _order, "lease second") == "lease second"
+    with pytest.raises(LeaseLostError, match="recorded by another attempt"):
+        first.step("charge", _order, "lease first")
+    assert items("lease") == ["lease second", "lease warm-up"]
+    assert JobStep.objects.get(job_id=job.id, name="charge").result == "lease second"
+
+
+def test_a_steps_record_is_seen_by_the_query_log_and_by_execute_wrappers():
+    """The record of a step goes past Django's cursor when nothing watches it: what does
+    watch (a test's query log, debug tools, a project's execute wrapper) still sees it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    job = enqueue("tests.noop")
+    steps = Steps("default", job.id)
+    with CaptureQueriesContext(connection) as queries:
+        steps.step("logged", _order, "seen logged")
+    seen: list[str] = []
+
+    def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        steps.step("wrapped", _order, "seen wrapped")
+    steps.step("unwatched", _order, "seen unwatched")
+    for statements in ([q["sql"] for q in queries], seen):
+        assert sum("INSERT INTO sqlq_job_step" in sql for sql in statements) == 1, statements
+    names = JobStep.objects.filter(job_id=job.id).order_by("id").values_list("name", flat=True)
+    assert list(names) == ["logged", "wrapped", "unwatched"]
+    assert items("seen") == ["seen logged", "seen unwatched", "seen wrapped"]
