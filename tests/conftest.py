@@ -99,10 +99,6 @@ MARIADB_PENDING = {
     "tests/tasks_backend/test_switcher_careless.py::test_aware_run_at_and_run_after_without": (
         "USE_TZ = False is refused on MariaDB (check E007)"
     ),
-    "tests/db/test_shapes.py::test_run_now_wakes_an_idle_worker": "an idle worker on MariaDB "
-    "notices new ids only, not a job made runnable again",
-    "tests/db/test_shapes.py::test_retry_now_wakes_an_idle_worker": "an idle worker on MariaDB "
-    "notices new ids only, not a job made runnable again",
     "tests/db/test_db.py::test_claim_is_one_update_returning": "MariaDB's claim is a "
     "locking read and an UPDATE (no UPDATE ... RETURNING); its statement count is to write",
     "tests/db/test_db.py::test_completing_a_batch": "the completion's plan and statements "

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DataError, transaction
+from django.db import DataError, ProgrammingError, transaction
 
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.columns import ClaimedJob
@@ -124,6 +124,12 @@ def has_writes(raw: Any) -> bool:
         )
         row = cursor.fetchone()
     return row is not None and bool(row[0])
+
+
+def _wake_table_missing(exc: BaseException) -> bool:
+    """True for error 1146 about ``sqlq_wake``: migration 0017 has not run yet."""
+    args = getattr(exc.__cause__, "args", None) or exc.args
+    return bool(args) and args[0] == 1146 and "sqlq_wake" in str(exc)
 
 
 def remember_thread_id(connection: Any) -> None:
@@ -572,9 +578,35 @@ class MySQLOps(MySQLClaimOps):
     def change_check_interval(self, poll_interval: float) -> float:
         return min(CHANGE_CHECK_INTERVAL, poll_interval)
 
+    def notify(self, queues: Sequence[str]) -> None:
+        """A job was made runnable again (not inserted: the newest id does not move): add
+        one to the wake-up counter (``sqlq_wake``, migration 0017), seen by idle workers
+        once the current transaction commits. Its one row is locked until then: notifiers
+        take turns (operators' actions, released dependencies, emitted events; never an
+        enqueue)."""
+        if not queues:
+            return
+        try:
+            with self.connection.cursor() as cursor:
+                cursor.execute("UPDATE sqlq_wake SET n = n + 1 WHERE id = 1")
+        except ProgrammingError as exc:
+            # Code deployed before its migration: the workers poll meanwhile. (MariaDB rolls
+            # back the failed statement alone, not the caller's transaction.)
+            if not _wake_table_missing(exc):
+                raise
+
     def data_version(self) -> Any:
-        """The newest job's id: changes when another connection commits a new job (one
-        probe of the primary key's end, no table read)."""
+        """The newest job's id and the wake-up counter: they change when another connection
+        commits a new job, or makes one runnable again (one probe of each primary key, no
+        table read)."""
         with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT MAX(id) FROM {self.table}")
-            return cursor.fetchone()[0]
+            try:
+                cursor.execute(
+                    f"SELECT (SELECT MAX(id) FROM {self.table}), "
+                    "(SELECT n FROM sqlq_wake WHERE id = 1)"
+                )
+            except ProgrammingError as exc:  # before migration 0017: new jobs only
+                if not _wake_table_missing(exc):
+                    raise
+                cursor.execute(f"SELECT MAX(id), NULL FROM {self.table}")
+            return tuple(cursor.fetchone())

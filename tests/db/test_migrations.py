@@ -166,3 +166,40 @@ def test_a_steps_record_writes_less_and_the_steps_are_kept():
     finally:
         migrate(leaves)
     assert step_indexes() == {"sqlq_job_step_asleep_idx": ["state", "wait_key"]}
+
+
+WAKE_MIGRATION = ("django_sqlq", "0017_mariadb_wake")
+
+
+def test_before_the_wake_counter_exists_operators_and_idle_workers_carry_on():
+    """MariaDB's wake-up counter (0017) in a project whose code is deployed before it
+    migrates: a Retry now still works (its wake-up skipped), and an idle worker's probe
+    still sees new jobs. Elsewhere the migration does nothing."""
+    from django_sqlq import enqueue, lifecycle
+    from django_sqlq.db import ops_for
+
+    executor = MigrationExecutor(connection)
+    [before] = executor.loader.graph.node_map[WAKE_MIGRATION].parents
+    leaves = executor.loader.graph.leaf_nodes("django_sqlq")
+    mariadb = connection.vendor == "mysql"
+    with connection.cursor() as cursor:
+        tables = connection.introspection.table_names(cursor)
+    assert ("sqlq_wake" in tables) == mariadb
+    ops = ops_for("default")
+    job = enqueue("tests.noop")
+    if mariadb:
+        woken = ops.data_version()
+        Job.objects.filter(pk=job.pk).update(status="failed")
+        assert lifecycle.retry_now([job.pk]).changed == 1
+        assert ops.data_version()[1] > woken[1]  # the counter moved
+    migrate([before.key])
+    try:
+        with connection.cursor() as cursor:
+            assert "sqlq_wake" not in connection.introspection.table_names(cursor)
+        Job.objects.filter(pk=job.pk).update(status="failed")
+        assert lifecycle.retry_now([job.pk]).changed == 1
+        newer = enqueue("tests.noop")
+        if mariadb:  # the newest id, without the counter
+            assert ops.data_version() == (newer.pk, None)
+    finally:
+        migrate(leaves)

@@ -1,0 +1,43 @@
+"""MariaDB's wake-up counter (issue 24): ``sqlq_wake``, one row.
+
+An idle worker on MariaDB learns of new jobs from the newest id (no LISTEN/NOTIFY there), which
+a job made runnable again does not move: an operator's **Retry now** or **Run now**, jobs
+released from their dependencies, a woken durable wait, a resumed queue. What sends a
+NOTIFY on PostgreSQL adds one to this counter on MariaDB, in its own transaction (seen only
+if it commits), and an idle worker reads it beside the newest id.
+
+A table of MariaDB's alone, as the shapes of 0015 are: not a model, nothing elsewhere.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import migrations
+
+FORWARD = [
+    "CREATE TABLE sqlq_wake (id TINYINT UNSIGNED NOT NULL PRIMARY KEY, "
+    "n BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+    "INSERT INTO sqlq_wake (id, n) VALUES (1, 0)",
+]
+
+BACKWARD = ["DROP TABLE sqlq_wake"]
+
+
+def _run(statements: list[str]) -> Callable[[Any, Any], None]:
+    def run(apps: Any, schema_editor: Any) -> None:  # noqa: ARG001 (RunPython's signature)
+        if schema_editor.connection.vendor != "mysql":
+            return
+        for statement in statements:
+            schema_editor.execute(statement)
+
+    return run
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("django_sqlq", "0016_step_records"),
+    ]
+
+    operations = [
+        migrations.RunPython(_run(FORWARD), _run(BACKWARD), atomic=False, elidable=False),
+    ]
