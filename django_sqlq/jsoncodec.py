@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from django_sqlq.db import json_depth_limit
+from django_sqlq.db import json_depth_limit, json_size_limit
 from django_sqlq.exceptions import PayloadError
 
 __all__ = ["decode_json", "encode_json", "parse_json", "too_deep"]
@@ -33,6 +33,10 @@ _UNSTORABLE_ESCAPE = re.compile(
 MAX_DEPTH = 1000
 #: The least of the engines' limits: text with fewer brackets is never too deep anywhere.
 MIN_ENGINE_DEPTH = 31
+
+#: No engine carries less JSON in a statement than this (bytes): only longer text asks the
+#: queue database for its limit (``django_sqlq.db.json_size_limit``).
+MIN_ENGINE_BYTES = 64 * 1024
 
 
 def _depth(text: str) -> int:
@@ -80,13 +84,29 @@ def encode_json(value: Any, *, what: str = "payload", limit: int | None = None) 
                     f"The {what} cannot be stored as JSON: it holds {kind} (\\u{match.group(1)}), "
                     "which PostgreSQL's jsonb refuses; django_sqlq refuses it on every engine."
                 )
-    if limit is not None and len(text) * 4 > limit and len(text.encode()) > limit:
+    if limit is not None:
+        _check_size(text, what, limit)
+    return text
+
+
+def _check_size(text: str, what: str, limit: int) -> None:
+    """PayloadError if ``text`` is longer than ``limit`` bytes (SQLQ["MAX_PAYLOAD_BYTES"]),
+    or than one statement of the queue database carries."""
+    if len(text) * 4 > limit and len(text.encode()) > limit:
         raise PayloadError(
             f"The {what} is {len(text.encode())} bytes as JSON, over the limit of {limit} "
             "bytes (SQLQ['MAX_PAYLOAD_BYTES']). Store large data elsewhere and enqueue a "
             "reference to it."
         )
-    return text
+    if len(text) > MIN_ENGINE_BYTES:
+        engine_limit = json_size_limit(limit)
+        if engine_limit < limit and len(text.encode()) > engine_limit:
+            raise PayloadError(
+                f"The {what} is {len(text.encode())} bytes as JSON, over the {engine_limit} "
+                "bytes one statement of the queue database carries (MariaDB: half its "
+                "max_allowed_packet, as the text is sent escaped). Store large data "
+                "elsewhere and enqueue a reference to it, or raise max_allowed_packet."
+            )
 
 
 def too_deep(what: str, limit: int = MAX_DEPTH) -> PayloadError:

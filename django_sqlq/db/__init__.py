@@ -64,6 +64,21 @@ def json_depth_limit(default: int, alias: str | None = None) -> int:
     return default if depth is None else min(default, depth)
 
 
+def json_size_limit(default: int, alias: str | None = None) -> int:
+    """The largest JSON text (bytes) one statement of the queue database (or ``alias``)
+    carries: its engine's ``max_json_bytes()`` (MariaDB's ``max_allowed_packet``), else
+    ``default``. Asks the server once per connection, where the engine has a limit."""
+    try:
+        connection = connections[alias or get_settings().DATABASE]
+        engine = ENGINES.get(connection.vendor)
+    except Exception:  # no settings or no such alias: reported where they are used
+        return default
+    if engine is None:
+        return default
+    limit = engine(connection).max_json_bytes()
+    return default if limit is None else min(default, limit)
+
+
 def supported(alias: str) -> bool:
     return connections[alias].vendor in ENGINES
 

@@ -79,6 +79,11 @@ class Dialect:
         """``column`` is one of ``values``, and its parameters (named after ``name``)."""
         raise NotImplementedError
 
+    def max_json_bytes(self) -> int | None:
+        """The longest JSON text one statement carries, where the engine has a limit that
+        SQLQ["MAX_PAYLOAD_BYTES"] may pass (None: none; see ``db.json_size_limit``)."""
+        return None
+
     def json_param_sql(self, name: str) -> str:
         """The parameter ``name`` (JSON text) as the engine's JSON type."""
         return f"%({name})s"

@@ -45,6 +45,10 @@ MIN_MARIADB_VERSION = (10, 11)
 #: How often an idle worker looks for new jobs (seconds): one probe of the primary key.
 CHANGE_CHECK_INTERVAL = 0.01
 
+#: Bytes of a statement kept for what is not JSON text (SQL, ids, other values), within
+#: the server's max_allowed_packet.
+STATEMENT_ROOM = 64 * 1024
+
 _NOW_UTC = "COALESCE(CAST(%(now)s AS DATETIME(6)), UTC_TIMESTAMP(6))"
 _NOW_LOCAL = "COALESCE(CAST(%(now)s AS DATETIME(6)), NOW(6))"
 
@@ -433,6 +437,25 @@ class MySQLOps(MySQLClaimOps):
         if problems:
             raise DataError("; ".join(f"({row[1]}) {row[2]}" for row in problems))
 
+    def max_statement_bytes(self) -> int:
+        """The server's ``max_allowed_packet``: the longest statement it takes (a longer
+        one ends the connection, error 1153 then 2006). Read once per connection."""
+        self.connection.ensure_connection()
+        raw = self.connection.connection
+        value = getattr(raw, "sqlq_max_packet", None)
+        if value is None:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT @@max_allowed_packet")
+                value = int(cursor.fetchone()[0])
+            raw.sqlq_max_packet = value
+        return int(value)
+
+    def max_json_bytes(self) -> int:
+        """The longest JSON text a statement carries (``db.json_size_limit``): half the
+        packet, as the text goes escaped (a quote or backslash doubled), less room for the
+        rest of the statement."""
+        return max(self.max_statement_bytes() // 2 - STATEMENT_ROOM, 1024)
+
     # -- outcomes (outcomes.py) ------------------------------------------------------------
 
     def complete_statuses(
@@ -471,24 +494,47 @@ class MySQLOps(MySQLClaimOps):
             if not statuses:
                 return {}
             results = {f.id: f.result for f in finished if f.id in statuses}
-            values: dict[str, Any] = {"now": self.clock(now)}
-            result_sql = "NULL"
-            if any(result is not None for result in results.values()):
-                cases = []
-                for index, (job_id, result) in enumerate(results.items()):
-                    if result is not None:
-                        values[f"r{index}"] = json.dumps(result)
-                        cases.append(f"WHEN {int(job_id)} THEN %(r{index})s")
-                result_sql = f"CASE id {' '.join(cases)} ELSE NULL END"
-            now_sql = _now()
-            cursor.execute(
-                f"UPDATE {self.table} SET status = CASE WHEN cancel_requested_at IS NULL "
-                f"THEN 'completed' ELSE 'cancelled' END, result = {result_sql}, "
-                f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
-                f"WHERE id IN ({', '.join(str(job_id) for job_id in statuses)})",
-                values,
-            )
+            for chunk in self._by_size(results):
+                self._complete_rows(cursor, chunk, now)
         return statuses
+
+    def _by_size(self, results: dict[int, Any]) -> list[list[tuple[int, str | None]]]:
+        """The batch's results as JSON text, cut into UPDATEs that each fit in a packet
+        (a batch of a hundred 1 MiB results is 100 MiB; the server's default packet 16):
+        one UPDATE for a batch of small results, as before."""
+        budget = self.max_statement_bytes() - STATEMENT_ROOM
+        chunks: list[list[tuple[int, str | None]]] = [[]]
+        size = 0
+        for job_id, result in results.items():
+            text = None if result is None else json.dumps(result)
+            cost = 64 + (0 if text is None else 2 * len(text))
+            if chunks[-1] and size + cost > budget:
+                chunks.append([])
+                size = 0
+            chunks[-1].append((job_id, text))
+            size += cost
+        return chunks
+
+    def _complete_rows(
+        self, cursor: Any, rows: list[tuple[int, str | None]], now: datetime | None
+    ) -> None:
+        values: dict[str, Any] = {"now": self.clock(now)}
+        result_sql = "NULL"
+        cases = []
+        for index, (job_id, text) in enumerate(rows):
+            if text is not None:
+                values[f"r{index}"] = text
+                cases.append(f"WHEN {int(job_id)} THEN %(r{index})s")
+        if cases:
+            result_sql = f"CASE id {' '.join(cases)} ELSE NULL END"
+        now_sql = _now()
+        cursor.execute(
+            f"UPDATE {self.table} SET status = CASE WHEN cancel_requested_at IS NULL "
+            f"THEN 'completed' ELSE 'cancelled' END, result = {result_sql}, "
+            f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
+            f"WHERE id IN ({', '.join(str(job_id) for job_id, _ in rows)})",
+            values,
+        )
 
     # -- workflows (blockers.py) -----------------------------------------------------------
 

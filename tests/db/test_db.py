@@ -218,6 +218,33 @@ def test_the_steps_asleep_are_read_from_their_own_index():
     assert JobStep.objects.get(job_id=asleep[1].id).state == "done"
 
 
+def test_a_batch_of_completions_too_long_for_one_statement_is_cut():
+    """Results of a batch of completions sum past what one statement carries (MariaDB's
+    max_allowed_packet, 16 MiB by default: a hundred results of 1 MiB are 100): the batch is
+    written in as many UPDATEs as it takes, each result whole. (The server refused the
+    statement and closed the connection: the worker retried it for ever.) Here the packet
+    is made small; elsewhere the batch is one statement."""
+    bulk_enqueue("tests.noop", [{} for _ in range(5)])
+    ops = ops_for("default")
+    claimed = ops.claim(queues=["default"], worker_id="w", limit=5, lease_seconds=60)
+    assert len(claimed) == 5
+    mariadb = connection.vendor == "mysql"
+    if mariadb:
+        connection.ensure_connection()
+        connection.connection.sqlq_max_packet = 400_000  # a result's cost: 2 x 60 KB
+    results = {job.id: {"blob": f"{job.id}:" + "x" * 60_000} for job in claimed}
+    with CaptureQueriesContext(connection) as queries:
+        done = ops.complete_statuses(
+            [Finished(job.id, job.attempts, results[job.id]) for job in claimed], worker_id="w"
+        )
+    assert done == dict.fromkeys(results, "completed")
+    assert dict(Job.objects.values_list("id", "result")) == results
+    updates = [q for q in queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == (3 if mariadb else 1), [q["sql"][:80] for q in updates]
+    if mariadb:
+        connection.connection.sqlq_max_packet = None  # read again
+
+
 def _assert_no_sort_no_scan(plan: str) -> None:
     if connection.vendor == "sqlite":
         assert "TEMP B-TREE" not in plan, plan

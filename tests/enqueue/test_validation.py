@@ -358,6 +358,37 @@ def test_the_deepest_payload_the_queue_database_stores_is_accepted_one_more_leve
     assert list(Job.objects.values_list("pk", flat=True)) == [job.pk]
 
 
+def test_a_payload_one_statement_cannot_carry_is_refused_at_enqueue():
+    """MariaDB carries a statement of at most max_allowed_packet (16 MiB by default), the
+    JSON text escaped in it: a payload within MAX_PAYLOAD_BYTES but past that is refused at
+    enqueue, by name, and the caller's transaction goes on (the server closed the
+    connection: the caller's transaction was lost). Here the packet is made small; the
+    other engines have no such limit."""
+    from django.db import connection, transaction
+
+    from django_sqlq.db import json_size_limit
+
+    limit = get_settings().MAX_PAYLOAD_BYTES
+    if connection.vendor != "mysql":
+        assert json_size_limit(limit) == limit
+        return
+    connection.ensure_connection()
+    real = json_size_limit(limit)
+    assert real < limit  # 16 MiB: a 10 MiB payload, escaped, can pass it
+    connection.connection.sqlq_max_packet = 300_000
+    try:
+        assert json_size_limit(limit) == 300_000 // 2 - 64 * 1024
+        with transaction.atomic():
+            kept = enqueue("tests.echo", {"blob": "x" * 50_000})
+            with pytest.raises(PayloadError, match="max_allowed_packet"):
+                enqueue("tests.echo", {"blob": "x" * 100_000})
+            with pytest.raises(PayloadError, match="max_allowed_packet"):
+                bulk_enqueue("tests.echo", [{}, {"blob": "x" * 100_000}])
+        assert list(Job.objects.values_list("pk", flat=True)) == [kept.pk]
+    finally:
+        connection.connection.sqlq_max_packet = None  # read again
+
+
 @pytest.mark.parametrize(
     "text", ["nul \x00 inside", "half a pair \ud83d", "other half \ude00", "\ude00\ud83d"]
 )
