@@ -266,6 +266,8 @@ def _call_with_steps(
     steps = context.control.steps = Steps(
         alias,
         claimed.id,
+        worker_id=context.worker_id,
+        attempt=claimed.attempts,
         depth=len(connections[alias].atomic_blocks),
         atomic=handler.atomic,
         clock=(lambda: now) if now is not None else None,

@@ -131,7 +131,9 @@ class JobContext:
             )
         steps = self.control.steps
         if steps is None:
-            steps = self.control.steps = Steps(self.database, self.job_id)
+            steps = self.control.steps = Steps(
+                self.database, self.job_id, worker_id=self.worker_id, attempt=self.attempt
+            )
         return cast("Steps", steps)
 
 

@@ -61,12 +61,17 @@ class Steps:
         alias: str,
         job_id: int,
         *,
+        worker_id: str | None = None,
+        attempt: int | None = None,
         depth: int = 0,
         atomic: bool = False,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.alias = alias
         self.job_id = job_id
+        # The attempt these steps are taken in (the job's fence: who holds it, which try).
+        self.worker_id = worker_id
+        self.attempt = attempt
         # What "now" is to the sleeps and timeouts (testing's run_jobs(now=...) sets it).
         self.now = clock or timezone.now
         # How many atomic blocks were open on the queue's connection when the handler
@@ -112,13 +117,25 @@ class Steps:
                     returning=False,
                 )
         except IntegrityError as exc:
-            if self._recorded_elsewhere(name):
-                raise LeaseLostError(
-                    f"Step {name!r} of job id={self.job_id} was recorded by another attempt "
-                    "of the job (this worker's lease ran out): this attempt's writes in the "
-                    "step were rolled back."
-                ) from exc
-            raise
+            other = self._recorded_elsewhere(name)
+            if other is None:
+                raise
+            if self._holds_the_job():
+                # A stale attempt of this job (its worker frozen past its lease, running
+                # on) recorded the step first: its writes are the step's, committed once
+                # with its record; this attempt's rolled back. Go on with its result.
+                if other.kind != StepKind.STEP:
+                    raise StepError(
+                        f"Step name {name!r} of job id={self.job_id} was recorded as a "
+                        f"{other.kind}, not a step: did the handler's code change under a "
+                        "running job?"
+                    ) from exc
+                return other.result
+            raise LeaseLostError(
+                f"Step {name!r} of job id={self.job_id} was recorded by another attempt "
+                "of the job (this worker's lease ran out): this attempt's writes in the "
+                "step were rolled back."
+            ) from exc
         # What a replay returns (JSON's reading of it: a tuple comes back a list), the first
         # time too: the handler goes on the same way whichever attempt it is. (Not kept in
         # the attempt's recorded steps: its name cannot be taken again in this attempt.)
@@ -266,10 +283,13 @@ class Steps:
                     wake_at=wake_at,
                 )
         except IntegrityError as exc:
-            raise LeaseLostError(
-                f"Step {name!r} of job id={self.job_id} was recorded by another attempt "
-                "of the job (this worker's lease ran out)."
-            ) from exc
+            other = self._recorded_elsewhere(name)
+            if other is None or other.kind != kind or not self._holds_the_job():
+                raise LeaseLostError(
+                    f"Step {name!r} of job id={self.job_id} was recorded by another attempt "
+                    "of the job (this worker's lease ran out)."
+                ) from exc
+            row = other  # a stale attempt's, recorded first (see step()): go on with it
         self._recorded_steps()[name] = row
         return row
 
@@ -278,14 +298,27 @@ class Steps:
 
         from django_sqlq.models import JobStep
 
-        JobStep.objects.using(self.alias).filter(pk=row.pk).update(**fields, updated_at=Now())
+        # By job and name, not by id alone: the job may have been deleted and its steps
+        # pruned while this attempt ran, and on SQLite another job's step may have its id.
+        JobStep.objects.using(self.alias).filter(job_id=self.job_id, name=row.name).update(
+            **fields, updated_at=Now()
+        )
         for field, value in fields.items():
             setattr(row, field, value)
 
-    def _recorded_elsewhere(self, name: str) -> bool:
+    def _recorded_elsewhere(self, name: str) -> JobStep | None:
+        """The record of step ``name`` another attempt of the job wrote, if any."""
         from django_sqlq.models import JobStep
 
-        return JobStep.objects.using(self.alias).filter(job_id=self.job_id, name=name).exists()
+        return JobStep.objects.using(self.alias).filter(job_id=self.job_id, name=name).first()
+
+    def _holds_the_job(self) -> bool:
+        """Whether this attempt still holds its job (its worker, its try, running)."""
+        if self.worker_id is None or self.attempt is None:
+            return False
+        return ops_for(self.alias).holds(
+            self.job_id, worker_id=self.worker_id, attempt=self.attempt
+        )
 
 
 def check_key(key: object, *, what: str) -> str:

@@ -71,6 +71,17 @@ class RunningOps(Dialect):
             cursor.execute(sql, {"now": self.clock(now), **in_params})
             return int(cursor.rowcount)
 
+    def holds(self, job_id: int, *, worker_id: str, attempt: int) -> bool:
+        """Whether ``worker_id`` still runs attempt ``attempt`` of job ``job_id`` (the fence
+        every outcome is written behind)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {self.table} WHERE id = %(job_id)s AND status = 'processing' "
+                "AND locked_by = %(worker_id)s AND attempts = %(attempt)s",
+                {"job_id": job_id, "worker_id": worker_id, "attempt": attempt},
+            )
+            return cursor.fetchone() is not None
+
     def write_progress(
         self,
         progress: Sequence[tuple[int, int, float, str]],

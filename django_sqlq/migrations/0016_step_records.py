@@ -17,9 +17,9 @@ replaces did.
 
 **On SQLite, ids without AUTOINCREMENT.** Django declares every auto id ``AUTOINCREMENT``,
 which keeps the largest id given in ``sqlite_sequence``, a page of its own that every INSERT
-rewrites. A step's id is read by nothing but the attempt that wrote it: the table is rebuilt
-once without the keyword (ids are still given in order; one of a deleted newest row may be
-given again). Its rows and indexes are copied as they are. Should a later migration make
+rewrites. Nothing names a step by its id alone (an attempt marks its steps by job and name;
+the admin lists a job's): the table is rebuilt once without the keyword (ids are still given
+in order; one of a deleted newest row may be given again). Its rows and indexes are copied as they are. Should a later migration make
 Django rebuild this table, the keyword comes back, and only the cost with it.
 """
 

@@ -261,17 +261,20 @@ class Completer:
         self.counts.done += sum(completed.values())
         self.stats.completed_many(completed)
 
-    def lost_atomic(self, job: ClaimedJob, error: lifecycle.ErrorInfo) -> None:
-        """An atomic handler whose completion the fence refused: its transaction was rolled
-        back, nothing of this attempt is written (the job belongs to someone else now)."""
+    def lost(self, job: ClaimedJob, error: lifecycle.ErrorInfo, *, atomic: bool) -> None:
+        """An attempt the fence refused: an atomic handler's completion (its transaction
+        rolled back, nothing of this attempt written), or a durable step another attempt
+        recorded (the step's writes rolled back). The job belongs to someone else now."""
         self.held.discard([job.id])
         logger.warning(
             "Job id=%s type=%s attempt=%d: this worker no longer holds the job (its lease "
-            "expired and another worker or an operator took it over); the atomic handler's "
-            "writes were rolled back (%s: %s)",
+            "expired and another worker or an operator took it over); %s (%s: %s)",
             job.id,
             job.type,
             job.attempts,
+            "the atomic handler's writes were rolled back"
+            if atomic
+            else "the writes of the step it was taking were rolled back",
             error.exception_class,
             error.message,
             extra=extra_for(job),

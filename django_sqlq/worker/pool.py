@@ -286,7 +286,7 @@ class RunnerPool:
         """Account for an atomic handler's attempt: its completion committed with its writes
         ("committed": (result, status)), or refused by the fence and rolled back ("lost")."""
         if outcome == "lost" or handler is None:
-            self.completer.lost_atomic(job, value)
+            self.completer.lost(job, value, atomic=handler is not None and handler.atomic)
             return "lost", value
         result, status = value
         self.completer.committed(Done(job, result, handler, elapsed), status)

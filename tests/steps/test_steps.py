@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_sqlq import emit_event, enqueue
@@ -288,19 +288,65 @@ def _order(item: str) -> str:
     return item
 
 
-def test_a_step_another_attempt_recorded_meanwhile_is_refused_and_its_writes_roll_back():
-    """Two attempts of one job (the first lost its lease, a second runs): the step one of
-    them recorded is refused to the other, whose writes in it roll back."""
+def _taken_over(job: Job) -> tuple[Steps, Steps]:
+    """Job ``job`` as a worker whose lease ran out left it (attempt 1 of "w1", still
+    running on) and as the worker that took it over holds it (attempt 2 of "w2")."""
+    Job.objects.filter(pk=job.pk).update(status="processing", locked_by="w2", attempts=2)
+    stale = Steps("default", job.id, worker_id="w1", attempt=1)
+    holder = Steps("default", job.id, worker_id="w2", attempt=2)
+    for steps in (stale, holder):  # each attempt read the job's steps at its start
+        assert steps.step(f"start {steps.worker_id}", _order, f"lease {steps.worker_id}")
+    return stale, holder
+
+
+def test_a_step_the_jobs_holder_recorded_is_refused_to_a_stale_attempt():
+    """Two attempts of one job (the first's worker froze past its lease, another took the
+    job over): the step the holder recorded is refused to the stale attempt, whose writes
+    in it roll back."""
     from django_sqlq.exceptions import LeaseLostError
 
-    job = enqueue("tests.noop")
-    first, second = Steps("default", job.id), Steps("default", job.id)
-    assert first.step("warm-up", _order, "lease warm-up") == "lease warm-up"  # read, before
-    assert second.step("charge", _order, "lease second") == "lease second"
+    stale, holder = _taken_over(enqueue("tests.noop"))
+    assert holder.step("charge", _order, "lease holder") == "lease holder"
     with pytest.raises(LeaseLostError, match="recorded by another attempt"):
-        first.step("charge", _order, "lease first")
-    assert items("lease") == ["lease second", "lease warm-up"]
-    assert JobStep.objects.get(job_id=job.id, name="charge").result == "lease second"
+        stale.step("charge", _order, "lease stale")
+    assert items("lease") == ["lease holder", "lease w1", "lease w2"]
+
+
+def test_a_step_a_stale_attempt_recorded_first_is_the_holders_too():
+    """The stale attempt ran on and took the next step before the holder did: its writes
+    are the step's, committed once with its record. The holder's roll back, and it goes on
+    with the recorded result (it was told its lease was lost, and the job failed for it)."""
+    stale, holder = _taken_over(enqueue("tests.noop"))
+    assert stale.step("charge", _order, "lease stale") == "lease stale"
+    assert holder.step("charge", _order, "lease holder") == "lease stale"
+    assert items("lease") == ["lease stale", "lease w1", "lease w2"]
+
+
+def test_an_attempt_never_changes_another_jobs_step():
+    """A job deleted (and its steps pruned) while an attempt of it runs on: that attempt's
+    sleep, over, marks its step done by job and name. By id alone it marked another job's
+    wait done: on SQLite (no AUTOINCREMENT) that wait had the deleted step's id, and its
+    event's payload was lost."""
+    doomed, other = enqueue("tests.noop"), enqueue("tests.noop")
+    JobStep.objects.create(job_id=other.id, name="charge", result=1)
+    JobStep.objects.create(
+        job_id=doomed.id, name="nap", kind=StepKind.SLEEP, state=StepState.SLEEPING,
+        wake_at=later(-1),
+    )  # fmt: skip
+    attempt = Steps("default", doomed.id)
+    attempt.sleep("early-check", 0)  # reads the job's steps, the sleep's id among them
+    nap_id = JobStep.objects.get(job_id=doomed.id, name="nap").pk
+    Job.objects.filter(pk=doomed.pk).delete()
+    JobStep.objects.filter(job_id=doomed.id).delete()
+    JobStep.objects.create(
+        job_id=other.id, name="paid", kind=StepKind.EVENT, state=StepState.WAITING,
+        wait_key="k-other", wake_at=later(3600),
+    )  # fmt: skip
+    attempt.sleep("nap", 1)  # over: marks it done
+    waiting = JobStep.objects.get(job_id=other.id, name="paid")
+    assert (waiting.state, waiting.result) == (StepState.WAITING, None)
+    if connection.vendor == "sqlite":
+        assert waiting.pk == nap_id  # the id the deleted sleep had
 
 
 def test_a_steps_record_is_seen_by_the_query_log_and_by_execute_wrappers():
