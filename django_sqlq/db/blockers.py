@@ -113,11 +113,13 @@ class BlockerOps(Dialect):
             in_chains, chain_params = self.in_list_sql("blocker_id", list(ended_chains), "ended")
             where += f" OR ({in_chains} AND chain = %(yes)s)"
             params.update(chain_params)
-        where = self.in_id_order(where, table=self.blocker_table, delete=True)
-        sql = f"DELETE FROM {self.blocker_table} WHERE {where} RETURNING job_id, blocker_id, chain"
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {**params, "yes": True, "no": False})
-            return [(row[0], row[1], bool(row[2])) for row in cursor.fetchall()]
+        rows = self.delete_rows(
+            self.blocker_table,
+            where,
+            {**params, "yes": True, "no": False},
+            returning="job_id, blocker_id, chain",
+        )
+        return [(row[0], row[1], bool(row[2])) for row in rows]
 
     def delete_jobs(self, job_ids: Sequence[int]) -> list[tuple[int, str, int | None]]:
         """Delete the jobs ``job_ids`` that are not running, in one conditional statement
@@ -161,9 +163,7 @@ class BlockerOps(Dialect):
         ids = list(job_ids)
         for start in range(0, len(ids), IN_CHUNK):
             in_sql, params = self.in_list_sql("job_id", ids[start : start + IN_CHUNK], "ids")
-            with self.connection.cursor() as cursor:
-                where = self.in_id_order(in_sql, table=self.blocker_table, delete=True)
-                cursor.execute(f"DELETE FROM {self.blocker_table} WHERE {where}", params)
+            self.delete_rows(self.blocker_table, in_sql, params)
 
     def unblock(
         self, counts: Mapping[int, int], *, now: datetime | None = None

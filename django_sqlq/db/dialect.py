@@ -154,6 +154,17 @@ class Dialect:
             cursor.execute(f"UPDATE {self.table} SET {set_sql} WHERE {where}", params)
             return int(cursor.rowcount)
 
+    def delete_rows(
+        self, table: str, where: str, params: dict[str, Any], *, returning: str = ""
+    ) -> list[tuple[Any, ...]]:
+        """``DELETE FROM table WHERE where``, its rows taken in id order
+        (:meth:`in_id_order`); the rows ``returning`` reads of those deleted (else [])."""
+        where = self.in_id_order(where, table=table, delete=True)
+        returned = f" RETURNING {returning}" if returning else ""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {table} WHERE {where}{returned}", params)
+            return list(cursor.fetchall()) if returning else []
+
     def insert_or_nothing_sql(
         self, table: str, columns: str, values: str, conflict: str, returning: str = ""
     ) -> str:
