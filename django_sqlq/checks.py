@@ -35,7 +35,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 from django_sqlq import registry, schedules
 from django_sqlq.conf import get_settings
 from django_sqlq.db import supported, vendor
-from django_sqlq.db.mysql import MIN_MARIADB_VERSION, unsupported_server
+from django_sqlq.db.mariadb_session import MIN_MARIADB_VERSION, unsupported_server
 from django_sqlq.db.postgresql import server_identity
 from django_sqlq.db.sqlite import AUTO_VACUUM_MODES, pragma
 from django_sqlq.exceptions import ConfigurationError

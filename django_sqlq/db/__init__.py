@@ -20,7 +20,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_sqlq.conf import get_settings
-from django_sqlq.db import mysql
+from django_sqlq.db import mariadb_session
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.mysql import MySQLOps
 from django_sqlq.db.postgresql import PostgreSQLOps
@@ -90,7 +90,7 @@ def vendor(alias: str) -> str:
 def configure_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:  # noqa: ARG001 (a signal receiver)
     """``connection_created`` receiver: tune new connections to the queue's database."""
     if connection.vendor == "mysql":  # any alias: a handler's statement there can time out
-        mysql.remember_thread_id(connection)
+        mariadb_session.remember_thread_id(connection)
     try:
         queue_alias = get_settings().DATABASE
     except Exception:  # a bad SQLQ setting is reported by the system checks
@@ -107,6 +107,9 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if not isinstance(exc, OperationalError):
         return False
+    code = _mysql_code(exc)
+    if code is not None:  # MariaDB's OperationalError is also a trigger's SIGNAL, and more
+        return code in MYSQL_TRANSIENT or 2000 <= code < 3000  # 2xxx: the client's
     message = str(exc).lower()
     return not (
         "no such table" in message or "does not exist" in message or "doesn't exist" in message
@@ -118,6 +121,22 @@ def is_transient(exc: BaseException) -> bool:
 LOCK_CONFLICTS = frozenset({"40P01", "55P03", "40001"})
 #: MySQL/MariaDB error numbers of the same: ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT.
 MYSQL_LOCK_CONFLICTS = frozenset({1213, 1205})
+#: MySQL/MariaDB server errors that a new try (on a new connection) can get past: the lock
+#: conflicts, too many connections, shutdown, a killed connection or statement, an idle
+#: connection closed, a server read-only while it fails over. Every other server error
+#: mysqlclient raises as OperationalError (a trigger's SIGNAL, 1644) is the statement's.
+MYSQL_TRANSIENT = frozenset(
+    {*MYSQL_LOCK_CONFLICTS, 1040, 1053, 1290, 1317, 1792, 1836, 1927, 4031}
+)
+
+
+def _mysql_code(exc: BaseException) -> int | None:
+    """The MySQL/MariaDB error number of ``exc`` (a DatabaseError Django wrapped), if any."""
+    cause = exc.__cause__
+    if cause is None or type(cause).__module__.split(".")[0] != "MySQLdb":
+        return None
+    args = getattr(cause, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
@@ -155,7 +174,7 @@ def in_raw_transaction(connection: BaseDatabaseWrapper) -> bool:
             # ACTIVE (1) a command in progress; INTRANS, INERROR: a transaction is open.
             return int(raw.info.transaction_status) in (2, 3)
         if connection.vendor == "mysql":
-            return mysql.in_transaction(raw)
+            return mariadb_session.in_transaction(raw)
     except Exception:
         return False
     return False
@@ -179,7 +198,7 @@ def has_uncommitted_writes(connection: BaseDatabaseWrapper) -> bool:
                 row = cursor.fetchone()
             return bool(row[0]) if row is not None else True
         if connection.vendor == "mysql":
-            return mysql.has_writes(raw)
+            return mariadb_session.has_writes(raw)
     except Exception:
         return True
     return True
@@ -197,7 +216,7 @@ def interrupt_statement(connection: BaseDatabaseWrapper) -> None:
         elif connection.vendor == "sqlite":
             raw.interrupt()
         elif connection.vendor == "mysql":
-            mysql.kill_query(connection)
+            mariadb_session.kill_query(connection)
 
 
 def abort_transaction(connection: BaseDatabaseWrapper) -> None:

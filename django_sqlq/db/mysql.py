@@ -23,7 +23,6 @@ MySQL 8 has no RETURNING at all: it is refused (``checks.py``) until it has a di
 
 from __future__ import annotations
 
-import ctypes
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -38,10 +37,6 @@ from django_sqlq.db.dialect import MAX_ERROR_ENTRIES, named_in_list
 from django_sqlq.db.insert import RECENTLY_FINISHED_SQL
 from django_sqlq.db.outcomes import Finished
 
-#: The oldest MariaDB the dialect supports: ``SKIP LOCKED`` (10.6), ``INSERT ... RETURNING``
-#: (10.5), ``RANDOM_BYTES`` (10.10 for the UUIDs) and ``JSON_TABLE`` (10.6).
-MIN_MARIADB_VERSION = (10, 11)
-
 #: How often an idle worker looks for new jobs (seconds): one probe of the primary key.
 CHANGE_CHECK_INTERVAL = 0.01
 
@@ -53,112 +48,10 @@ _NOW_UTC = "COALESCE(CAST(%(now)s AS DATETIME(6)), UTC_TIMESTAMP(6))"
 _NOW_LOCAL = "COALESCE(CAST(%(now)s AS DATETIME(6)), NOW(6))"
 
 
-def unsupported_server(connection: Any) -> str | None:
-    """The server behind the ``mysql`` backend's ``connection`` ("MySQL 8.4.3", "MariaDB
-    10.6.21") when the dialect cannot run on it; None when it can, or when no server
-    answers now (the worker's first statement will say)."""
-    try:
-        mariadb, version = connection.mysql_is_mariadb, connection.mysql_version
-    except Exception:
-        return None
-    if mariadb and version >= MIN_MARIADB_VERSION:
-        return None
-    return f"{'MariaDB' if mariadb else 'MySQL'} {'.'.join(map(str, version))}"
-
-
-# -- the session's state, read where the driver keeps it ------------------------------------
-
-#: The server's status flags that the last reply carried: in a transaction, autocommit on.
-SERVER_STATUS_IN_TRANS = 1
-SERVER_STATUS_AUTOCOMMIT = 2
-#: ``MARIADB_CONNECTION_SERVER_STATUS`` of Connector/C's ``enum mariadb_value``.
-_SERVER_STATUS_INFO = 30
-_status_reader: Any = None
-
-
-def _server_status(raw: Any) -> int | None:
-    """The status flags of the server's last reply to ``raw`` (a mysqlclient connection), as
-    libmariadb keeps them: no round trip. None where the library cannot tell (a client
-    library without ``mariadb_get_infov``)."""
-    global _status_reader
-    if _status_reader is None:
-        try:
-            from MySQLdb import _mysql
-
-            function = ctypes.CDLL(_mysql.__file__).mariadb_get_infov
-            function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-            pointer = ctypes.pythonapi.PyCapsule_GetPointer
-            pointer.restype = ctypes.c_void_p
-            pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-            _status_reader = (function, pointer)
-        except Exception:
-            _status_reader = False
-    if not _status_reader:
-        return None
-    function, pointer = _status_reader
-    native = pointer(raw._get_native_connection(), b"_mysql.connection.native_connection")
-    status = ctypes.c_uint(0)
-    if function(native, _SERVER_STATUS_INFO, ctypes.byref(status)) != 0:
-        return None
-    return status.value
-
-
-def in_transaction(raw: Any) -> bool:
-    """Whether the session of ``raw`` has a transaction open, or autocommit off, that
-    Django does not know of (a raw ``BEGIN``, ``START TRANSACTION``, ``SET autocommit=0``
-    run through a cursor). Read from the driver's copy of the server's status; a round trip
-    (``@@in_transaction``) where it has none."""
-    status = _server_status(raw)
-    if status is None:
-        with raw.cursor() as cursor:
-            cursor.execute("SELECT @@in_transaction, @@autocommit")
-            open_, autocommit = cursor.fetchone()
-        return bool(open_) or not autocommit
-    return bool(status & SERVER_STATUS_IN_TRANS) or not status & SERVER_STATUS_AUTOCOMMIT
-
-
-def has_writes(raw: Any) -> bool:
-    """Whether the transaction open on ``raw`` changed rows (InnoDB's own count; none when
-    InnoDB has no transaction for the session). Raises without the PROCESS privilege that
-    ``innodb_trx`` needs: the caller then counts the writes as lost."""
-    with raw.cursor() as cursor:
-        cursor.execute(
-            "SELECT trx_rows_modified FROM information_schema.innodb_trx "
-            "WHERE trx_mysql_thread_id = CONNECTION_ID()"
-        )
-        row = cursor.fetchone()
-    return row is not None and bool(row[0])
-
-
 def _wake_table_missing(exc: BaseException) -> bool:
     """True for error 1146 about ``sqlq_wake``: migration 0017 has not run yet."""
     args = getattr(exc.__cause__, "args", None) or exc.args
     return bool(args) and args[0] == 1146 and "sqlq_wake" in str(exc)
-
-
-def remember_thread_id(connection: Any) -> None:
-    """``connection_created``: keep the new session's id for kill_query, which needs it
-    while the connection runs a statement in another thread (mysqlclient 2.3 refuses any
-    call on a connection in use there, ``thread_id()`` too). No round trip."""
-    raw = connection.connection
-    raw.sqlq_thread_id = raw.thread_id()
-
-
-def kill_query(connection: Any) -> None:
-    """Stop the statement running on ``connection`` (in another thread): ``KILL QUERY`` of
-    its session, sent on a connection of its own, as MariaDB has no cancel request."""
-    import MySQLdb
-
-    raw = connection.connection
-    thread = getattr(raw, "sqlq_thread_id", None)
-    if thread is None:
-        thread = raw.thread_id()
-    killer = MySQLdb.connect(**connection.get_connection_params())
-    try:
-        with killer.cursor() as cursor:
-            cursor.execute(f"KILL QUERY {int(thread)}")
-    finally:
-        killer.close()
 
 
 def _now() -> str:
@@ -353,89 +246,8 @@ class MySQLClaimOps(QueueOps):
         return f"(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {_now()}) / 1000000.0)"
 
 
-class MySQLOps(MySQLClaimOps):
-    """The queue's statements in MariaDB's dialect: the hooks they call, in sections named
-    after the module that holds each statement (the claim's in :class:`MySQLClaimOps`)."""
-
-    # -- new jobs (insert.py) --------------------------------------------------------------
-
-    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
-        # Each element is the payload's JSON text as a JSON string (as on SQLite), so that
-        # the column is exactly that text whatever the payload's type.
-        return (
-            "JSON_TABLE(%(payloads)s, '$[*]' COLUMNS (n FOR ORDINALITY, "
-            "value LONGTEXT PATH '$')) AS p",
-            "p.value",
-            "p.n",
-            json.dumps(list(payloads)),
-        )
-
-    def _insert_unique_sql(self, fixed_time: bool, window: bool) -> str:  # noqa: ARG002
-        # INSERT IGNORE ... VALUES on the live jobs' generated unique column: a key a live
-        # job holds writes nothing and returns no row (and waits, as on PostgreSQL, for a
-        # transaction that inserted the same key and has not committed). VALUES, not
-        # SELECT: an INSERT ... SELECT holds the table's AUTO-INC lock to its end, so one
-        # waiting for a key another transaction wrote would stop that one's next insert (a
-        # deadlock, seen as error 1467). The window is read before (insert_unique). IGNORE
-        # turns other errors into warnings too: insert_unique raises them.
-        key = (type(self), fixed_time, _now(), False)
-        sql = self._insert_unique_cache.get(key)
-        if sql is None:
-            columns, values = self.new_row_sql(payload_sql="%(payload)s", fixed_time=fixed_time)
-            sql = (
-                f"INSERT IGNORE INTO {self.table} ({columns}) VALUES ({values}) "
-                f"RETURNING id, scheduled_at, created_at, uuid"
-            )
-            self._insert_unique_cache[key] = sql
-        return sql
-
-    def insert_unique(
-        self,
-        *,
-        payload: str,
-        fields: dict[str, Any],
-        delay_seconds: float | None,
-        unique_for: float | None,
-    ) -> Any:
-        # A key a live job holds (or, with unique_for, one that finished within the window)
-        # is found by a plain read, which locks nothing: INSERT IGNORE's duplicate check
-        # would hold a shared lock on the holder's index entry until the caller commits,
-        # and a worker completing that job (which changes the entry) would wait for it;
-        # with two keys, each waits for the other (a deadlock, 1213). The INSERT decides a
-        # race between two new keys.
-        taken = f"EXISTS (SELECT 1 FROM {self.table} WHERE live_unique_key = %(unique_key)s)"
-        if unique_for is not None:
-            recent = RECENTLY_FINISHED_SQL.format(
-                table=self.table, since=self.later_sql("unique_since")
-            ).replace("AS VARCHAR(255)", "AS CHAR(255)")
-            taken += f" OR EXISTS ({recent})"
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {taken}",
-                {
-                    "unique_key": fields["unique_key"],
-                    "unique_since": -(unique_for or 0),
-                    "now": None,
-                },
-            )
-            if cursor.fetchone()[0]:
-                return None
-        inserted = super().insert_unique(
-            payload=payload, fields=fields, delay_seconds=delay_seconds, unique_for=None
-        )
-        self._raise_ignored_errors()
-        return inserted
-
-    def _raise_ignored_errors(self) -> None:
-        """Raise what INSERT IGNORE turned into a warning, but the duplicate key it is for."""
-        raw = self.connection.connection
-        if raw is None or not raw.warning_count():
-            return
-        with self.connection.cursor() as cursor:
-            cursor.execute("SHOW WARNINGS")
-            problems = [row for row in cursor.fetchall() if int(row[1]) != 1062]
-        if problems:
-            raise DataError("; ".join(f"({row[1]}) {row[2]}" for row in problems))
+class MySQLOutcomeOps(MySQLClaimOps):
+    """The completion of a batch, cut to the server's packet."""
 
     def max_statement_bytes(self) -> int:
         """The server's ``max_allowed_packet``: the longest statement it takes (a longer
@@ -536,6 +348,91 @@ class MySQLOps(MySQLClaimOps):
             values,
         )
 
+
+class MySQLOps(MySQLOutcomeOps):
+    """The queue's statements in MariaDB's dialect: the hooks they call, in sections named
+    after the module that holds each statement (the claim's in :class:`MySQLClaimOps`)."""
+
+    # -- new jobs (insert.py) --------------------------------------------------------------
+
+    def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
+        # Each element is the payload's JSON text as a JSON string (as on SQLite), so that
+        # the column is exactly that text whatever the payload's type.
+        return (
+            "JSON_TABLE(%(payloads)s, '$[*]' COLUMNS (n FOR ORDINALITY, "
+            "value LONGTEXT PATH '$')) AS p",
+            "p.value",
+            "p.n",
+            json.dumps(list(payloads)),
+        )
+
+    def _insert_unique_sql(self, fixed_time: bool, window: bool) -> str:  # noqa: ARG002
+        # INSERT IGNORE ... VALUES on the live jobs' generated unique column: a key a live
+        # job holds writes nothing and returns no row (and waits, as on PostgreSQL, for a
+        # transaction that inserted the same key and has not committed). VALUES, not
+        # SELECT: an INSERT ... SELECT holds the table's AUTO-INC lock to its end, so one
+        # waiting for a key another transaction wrote would stop that one's next insert (a
+        # deadlock, seen as error 1467). The window is read before (insert_unique). IGNORE
+        # turns other errors into warnings too: insert_unique raises them.
+        key = (type(self), fixed_time, _now(), False)
+        sql = self._insert_unique_cache.get(key)
+        if sql is None:
+            columns, values = self.new_row_sql(payload_sql="%(payload)s", fixed_time=fixed_time)
+            sql = (
+                f"INSERT IGNORE INTO {self.table} ({columns}) VALUES ({values}) "
+                f"RETURNING id, scheduled_at, created_at, uuid"
+            )
+            self._insert_unique_cache[key] = sql
+        return sql
+
+    def insert_unique(
+        self,
+        *,
+        payload: str,
+        fields: dict[str, Any],
+        delay_seconds: float | None,
+        unique_for: float | None,
+    ) -> Any:
+        # A key a live job holds (or, with unique_for, one that finished within the window)
+        # is found by a plain read, which locks nothing: INSERT IGNORE's duplicate check
+        # would hold a shared lock on the holder's index entry until the caller commits,
+        # and a worker completing that job (which changes the entry) would wait for it;
+        # with two keys, each waits for the other (a deadlock, 1213). The INSERT decides a
+        # race between two new keys.
+        taken = f"EXISTS (SELECT 1 FROM {self.table} WHERE live_unique_key = %(unique_key)s)"
+        if unique_for is not None:
+            recent = RECENTLY_FINISHED_SQL.format(
+                table=self.table, since=self.later_sql("unique_since")
+            ).replace("AS VARCHAR(255)", "AS CHAR(255)")
+            taken += f" OR EXISTS ({recent})"
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {taken}",
+                {
+                    "unique_key": fields["unique_key"],
+                    "unique_since": -(unique_for or 0),
+                    "now": None,
+                },
+            )
+            if cursor.fetchone()[0]:
+                return None
+        inserted = super().insert_unique(
+            payload=payload, fields=fields, delay_seconds=delay_seconds, unique_for=None
+        )
+        self._raise_ignored_errors()
+        return inserted
+
+    def _raise_ignored_errors(self) -> None:
+        """Raise what INSERT IGNORE turned into a warning, but the duplicate key it is for."""
+        raw = self.connection.connection
+        if raw is None or not raw.warning_count():
+            return
+        with self.connection.cursor() as cursor:
+            cursor.execute("SHOW WARNINGS")
+            problems = [row for row in cursor.fetchall() if int(row[1]) != 1062]
+        if problems:
+            raise DataError("; ".join(f"({row[1]}) {row[2]}" for row in problems))
+
     # -- workflows (blockers.py) -----------------------------------------------------------
 
     def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
@@ -573,13 +470,24 @@ class MySQLOps(MySQLClaimOps):
         limit: int = 1000,
         now: datetime | None = None,
     ) -> int:
-        # A single-table DELETE takes ORDER BY and LIMIT: the oldest first, on the
-        # finished jobs' index (status, completed_at).
+        # The batch's ids first, the oldest, read off the finished jobs' index (status,
+        # completed_at) in order, stopping at the limit; then a DELETE by primary key, which
+        # checks the condition again (a job retried meanwhile is not deleted). A DELETE ...
+        # ORDER BY completed_at LIMIT n read and sorted every prunable row of the status
+        # for each batch (256,000 rows for 1,000: half a second a batch).
         where, params = self._finished_sql(status, queues)
         params.update(now=self.clock(now), back=-float(keep_seconds))
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"DELETE FROM {self.table} WHERE {where} ORDER BY completed_at LIMIT {int(limit)}",
+                f"SELECT id FROM {self.table} WHERE {where} "
+                f"ORDER BY completed_at LIMIT {int(limit)}",
+                params,
+            )
+            ids = [int(row[0]) for row in cursor.fetchall()]
+            if not ids:
+                return 0
+            cursor.execute(
+                f"DELETE FROM {self.table} WHERE id IN ({', '.join(map(str, ids))}) AND {where}",
                 params,
             )
             return int(cursor.rowcount)

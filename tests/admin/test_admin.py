@@ -247,6 +247,11 @@ def test_the_list_reads_the_head_of_the_error_and_not_the_json_columns(login: An
     failed_job(payload={"big": "x" * 1000})
     with CaptureQueriesContext(connection) as queries:
         login("viewer").get(url("job_changelist"))
+    if connection.vendor == "mysql":  # names quoted with backticks
+        page_query = next(q["sql"] for q in queries if "`sqlq_job`.`type`" in q["sql"])
+        assert "`sqlq_job`.`payload`" not in page_query
+        assert "`sqlq_job`.`errors`" not in page_query
+        return
     page_query = next(q["sql"] for q in queries if '"sqlq_job"."type"' in q["sql"])
     assert '"sqlq_job"."payload"' not in page_query
     assert '"sqlq_job"."errors"' not in page_query
@@ -911,6 +916,16 @@ def test_throughput_reads_the_finished_index(engine: str) -> None:
             if engine == "postgresql":
                 cursor.execute("SET LOCAL enable_seqscan = off")
                 cursor.execute(f"EXPLAIN {sql}", params)
+            elif engine == "mysql":
+                # MariaDB: a range of (status, completed_at) for each status, grouped in a
+                # temporary table (the window's rows), never sorted or scanned.
+                cursor.execute(f"EXPLAIN {sql}", params)
+                columns = [column[0] for column in cursor.description]
+                (step,) = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+                assert (step["table"], step["type"]) == ("sqlq_job", "range"), step
+                assert step["key"] == "sqlq_job_finished_idx", step
+                assert "Using filesort" not in step["Extra"], step
+                continue
             else:
                 cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
             plan = " ".join(str(row) for row in cursor.fetchall())

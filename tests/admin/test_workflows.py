@@ -175,7 +175,8 @@ def test_the_chain_page_reads_a_bounded_number_of_steps(login: Any) -> None:
 
     with CaptureQueriesContext(connection) as queries:
         login("viewer").get(url("job_chain", steps[0].pk))
-    reads = [q["sql"] for q in queries if '"chain_index"' in q["sql"] and "sqlq_job" in q["sql"]]
+    column = "`chain_index`" if connection.vendor == "mysql" else '"chain_index"'
+    reads = [q["sql"] for q in queries if column in q["sql"] and "sqlq_job" in q["sql"]]
     assert reads
     for sql in reads:
         assert "LIMIT" in sql.upper(), sql
@@ -394,6 +395,9 @@ def test_blocked_jobs_are_counted_by_primary_key_not_by_reading_the_table() -> N
     assert {q.name: q.blocked for q in rows}["default"] == 3
     (sql,) = [q["sql"] for q in queries if "sqlq_job_blocker" in q["sql"]]
     with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            _assert_mariadb_reads_only_the_blocked_rows(cursor, sql)
+            return
         cursor.execute("ANALYZE")
         if connection.vendor == "sqlite":
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
@@ -404,3 +408,25 @@ def test_blocked_jobs_are_counted_by_primary_key_not_by_reading_the_table() -> N
             plan = " | ".join(str(row[0]) for row in cursor.fetchall())
             assert "sqlq_job_pkey" in plan, plan
             assert not re.search(r"Seq Scan on sqlq_job\s", plan), plan
+
+
+def _assert_mariadb_reads_only_the_blocked_rows(cursor: Any, sql: str) -> None:
+    """MariaDB joins the blockers' table (its live rows only: a blocker's row goes when it
+    is released) to the jobs either by primary key, or through the blocked rows alone (a
+    range of an index led by status: MariaDB has no partial index, those hold every row):
+    never a scan of the jobs' table, whose finished rows are most of it. (No ANALYZE TABLE:
+    it commits, and this test's rows are rolled back.)"""
+    cursor.execute(
+        "SELECT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() "
+        "AND table_name = 'sqlq_job' AND seq_in_index = 1 AND column_name = 'status'"
+    )
+    status_led = {row[0] for row in cursor.fetchall()}
+    cursor.execute(f"EXPLAIN {sql}")
+    columns = [column[0] for column in cursor.description]
+    steps = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    (jobs,) = [step for step in steps if step["table"] == "sqlq_job"]
+    assert jobs["type"] in ("eq_ref", "ref"), steps
+    if jobs["key"] != "PRIMARY":
+        assert jobs["key"] in status_led, (steps, status_led)
+        assert jobs["ref"] == "const", steps  # status = 'blocked'
+    assert any(step["table"] in ("U0", "sqlq_job_blocker") for step in steps), steps

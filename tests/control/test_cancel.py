@@ -14,7 +14,15 @@ from asgiref.sync import async_to_sync
 from django.db import connections
 from django.utils import timezone
 
-from django_sqlq import CancelResult, JobCancelled, acancel, cancel, enqueue, lifecycle
+from django_sqlq import (
+    CancelResult,
+    JobCancelled,
+    acancel,
+    bulk_enqueue,
+    cancel,
+    enqueue,
+    lifecycle,
+)
 from django_sqlq.control import MAX_PROGRESS_MESSAGE, JobControl, check_progress
 from django_sqlq.db import ops_for
 from django_sqlq.db.outcomes import Finished
@@ -209,12 +217,51 @@ def test_the_cancel_requests_query_probes_the_partial_index(engine):
         "AND cancel_requested_at IS NOT NULL AND locked_by = %s"
     )
     explain = "EXPLAIN QUERY PLAN " if engine == "sqlite" else "EXPLAIN "
+    if engine == "mysql":
+        _assert_mariadb_reads_the_processing_rows(sql)
+        return
     with connections["default"].cursor() as cursor:
         if engine == "postgresql":
             cursor.execute("SET enable_seqscan = off")
         cursor.execute(explain + sql, ["w1"])
         plan = " ".join(str(row) for row in cursor.fetchall())
     assert "sqlq_job_cancel_idx" in plan
+
+
+def _assert_mariadb_reads_the_processing_rows(sql: str) -> None:
+    """MariaDB has no partial index (migration 0015 drops sqlq_job_cancel_idx there): the
+    probe reads the processing rows alone, a range of an index led by status (they all are:
+    (status, id), (status, scheduled_at), (status, completed_at), the claim's), never the
+    table. With running jobs beside a table of finished ones, as a busy worker sees it."""
+    finished = bulk_enqueue("tests.noop", [{} for _ in range(2000)])
+    Job.objects.filter(pk__in=[job.pk for job in finished]).update(
+        status=JobStatus.COMPLETED, completed_at=timezone.now()
+    )
+    bulk_enqueue("tests.noop", [{} for _ in range(60)])
+    claimed = ops_for("default").claim(queues=None, worker_id="w1", limit=20, lease_seconds=60)
+    ops_for("default").claim(queues=None, worker_id="w2", limit=20, lease_seconds=60)
+    lifecycle.request_cancel([claimed[0].id])
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT index_name FROM information_schema.statistics WHERE table_schema = "
+            "DATABASE() AND table_name = 'sqlq_job' AND seq_in_index = 1 AND column_name = "
+            "'status'"
+        )
+        status_led = {row[0] for row in cursor.fetchall()}
+        plans = []
+        for analyzed in (False, True):
+            if analyzed:
+                cursor.execute("ANALYZE TABLE sqlq_job")
+            cursor.execute("EXPLAIN " + sql, ["w1"])
+            columns = [column[0] for column in cursor.description]
+            plans.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
+        cursor.execute(sql, ["w1"])
+        assert [row[0] for row in cursor.fetchall()] == [claimed[0].id]
+    assert "sqlq_job_failed_idx" in status_led, status_led
+    for plan in plans:
+        (step,) = plan
+        assert step["key"] in status_led, (plan, status_led)
+        assert (step["type"], step["ref"]) == ("ref", "const"), plan  # status = 'processing'
 
 
 # -- progress: validation --------------------------------------------------------------------

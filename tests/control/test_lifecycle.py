@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqlq import enqueue, lifecycle, retries
@@ -130,9 +132,28 @@ def test_heartbeat_extends_all_leases_in_one_statement(django_assert_num_queries
     for _ in range(3):
         enqueue("tests.noop", run_at=now)
     lifecycle.promote("default", now=now)
-    ops_for("default").claim(queues=None, worker_id="w", limit=3, lease_seconds=5, now=now)
-    with django_assert_num_queries(1):
-        extended = lifecycle.extend_leases("default", worker_id="w", lease_seconds=60, now=now)
+    claimed = ops_for("default").claim(
+        queues=None, worker_id="w", limit=3, lease_seconds=5, now=now
+    )
+    if connection.vendor == "mysql":
+        # MariaDB (no UPDATE ... RETURNING): one transaction, a locking read of the rows this
+        # worker holds, one UPDATE of them all by id, and update_returning()'s read back of
+        # the ids it updated, by primary key (update_rows() keeps only their number).
+        with CaptureQueriesContext(connection) as queries:
+            extended = lifecycle.extend_leases("default", worker_id="w", lease_seconds=60, now=now)
+        ids = ", ".join(str(job_id) for job_id in sorted(job.id for job in claimed))
+        statements = [q["sql"] for q in queries]
+        assert len(statements) == 5, statements
+        begin, read, update, read_back, commit = statements
+        assert (begin, commit) == ("BEGIN", "COMMIT"), statements
+        assert read.startswith("SELECT id FROM sqlq_job WHERE status = 'processing' "), read
+        assert read.endswith("ORDER BY id FOR UPDATE SKIP LOCKED"), read
+        assert update.startswith("UPDATE sqlq_job SET lease_expires_at = "), update
+        assert update.endswith(f"WHERE id IN ({ids})"), update
+        assert read_back == f"SELECT id FROM sqlq_job WHERE id IN ({ids}) ORDER BY id", read_back
+    else:
+        with django_assert_num_queries(1):
+            extended = lifecycle.extend_leases("default", worker_id="w", lease_seconds=60, now=now)
     assert extended == 3
     assert set(Job.objects.values_list("lease_expires_at", flat=True)) == {
         now + timedelta(seconds=60)

@@ -35,6 +35,20 @@ def test_claim_is_one_update_returning():
             queues=["default"], worker_id="w", limit=3, lease_seconds=30
         )
     assert len(claimed) == 3
+    if connection.vendor == "mysql":
+        # MariaDB has no UPDATE ... RETURNING: one transaction, a locking read of the rows
+        # on the claim index, then one UPDATE of the ids it read (returned as read).
+        statements = [q["sql"] for q in queries]
+        assert len(statements) == 4, statements
+        begin, read, update, commit = statements
+        assert (begin, commit) == ("BEGIN", "COMMIT"), statements
+        assert read.startswith("SELECT "), read
+        assert read.endswith("FOR UPDATE SKIP LOCKED"), read
+        ids = ", ".join(str(job.id) for job in sorted(claimed, key=lambda job: job.id))
+        assert update.startswith("UPDATE sqlq_job SET status = 'processing'"), update
+        assert update.endswith(f"WHERE id IN ({ids})"), update
+        assert Job.objects.filter(status=JobStatus.PROCESSING, locked_by="w").count() == 3
+        return
     assert len(queries) == 1
     sql = queries[0]["sql"].upper()
     assert sql.startswith("UPDATE")
@@ -47,12 +61,28 @@ def test_claim_is_one_update_returning():
 def test_completing_a_batch_is_one_statement():
     bulk_enqueue("tests.noop", [{"n": i} for i in range(50)])
     claimed = ops_for("default").claim(queues=None, worker_id="w", limit=50, lease_seconds=30)
+    if connection.vendor == "mysql":
+        ops_for("default").max_statement_bytes()  # read once per connection, not per batch
     with CaptureQueriesContext(connection) as queries:
         done = ops_for("default").complete_statuses(
             [Finished(job.id, job.attempts, {"n": job.id}) for job in claimed],
             worker_id="w",
         )
-    assert len(queries) == 1
+    if connection.vendor == "mysql":
+        # One transaction: a locking read of the batch's rows this worker still holds, then
+        # one UPDATE of them by primary key.
+        statements = [q["sql"] for q in queries]
+        assert len(statements) == 4, [sql[:80] for sql in statements]
+        begin, read, update, commit = statements
+        assert (begin, commit) == ("BEGIN", "COMMIT"), statements
+        ids = ", ".join(str(job_id) for job_id in sorted(job.id for job in claimed))
+        columns = "id, attempts, cancel_requested_at IS NULL"
+        assert read.startswith(f"SELECT {columns} FROM sqlq_job WHERE id IN ({ids}) AND "), read
+        assert read.endswith("ORDER BY id FOR UPDATE"), read
+        assert update.startswith("UPDATE sqlq_job SET status = "), update
+        assert update.endswith(f"WHERE id IN ({ids})"), update
+    else:
+        assert len(queries) == 1
     assert sorted(done) == sorted(job.id for job in claimed)
     results = dict(Job.objects.values_list("id", "result"))
     assert all(results[job.id] == {"n": job.id} for job in claimed)
@@ -118,6 +148,16 @@ def _worker_sql(**worker_options: Any) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {"claim": [], "promote": [], "next due": []}
     for query in queries:
         sql = query["sql"]
+        if connection.vendor == "mysql":
+            # MariaDB's claim and promotion are each a locking read, then an UPDATE of the
+            # ids it read: the reads are what find the rows.
+            if " AS arm, " in sql and "FOR UPDATE SKIP LOCKED" in sql:
+                found["claim"].append(sql)
+            elif "status = 'scheduled'" in sql and "FOR UPDATE SKIP LOCKED" in sql:
+                found["promote"].append(sql)
+            elif "MIN(scheduled_at)" in sql:
+                found["next due"].append(sql)
+            continue
         if "SET status = 'processing'" in sql:
             found["claim"].append(sql)
         elif "SET status = 'pending'" in sql and "status = 'scheduled'" in sql:
@@ -133,8 +173,26 @@ def _plan(sql: str) -> str:
         if connection.vendor == "sqlite":
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
             return "\n".join(str(row[-1]) for row in cursor.fetchall())
+        if connection.vendor == "mysql":
+            return _mariadb_plan(cursor, sql)
         cursor.execute(f"EXPLAIN {sql}")
         return "\n".join(str(row[0]) for row in cursor.fetchall())
+
+
+def _mariadb_plan(cursor: Any, sql: str) -> str:
+    """MariaDB's EXPLAIN, a line a table: its access type, the index it reads (not the ones
+    it could: possible_keys is left out) and Extra ("Using filesort", "Select tables
+    optimized away")."""
+    cursor.execute(f"EXPLAIN {sql}")
+    columns = [column[0] for column in cursor.description]
+    lines = []
+    for row in cursor.fetchall():
+        step = dict(zip(columns, row, strict=True))
+        lines.append(
+            f"table={step['table']} type={step['type']} key={step['key']} "
+            f"ref={step['ref']} Extra={step['Extra']}"
+        )
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize(
@@ -158,16 +216,26 @@ def test_the_workers_claim_reads_its_index_in_order(options):
     for analyzed in (False, True):
         if analyzed:
             with connection.cursor() as cursor:
-                cursor.execute("ANALYZE sqlq_job")
-        elif connection.vendor != "sqlite":
+                cursor.execute(_analyze("sqlq_job"))
+        elif connection.vendor not in ("sqlite", "mysql"):
             continue
         for sql in statements["claim"]:
             plan = _plan(sql)
             assert "sqlq_job_claim_idx" in plan, plan
             _assert_no_sort_no_scan(plan)
+            if connection.vendor == "mysql":
+                # Each queue's arm a range of the claim index (status, queue), in its order.
+                arms = plan.splitlines()
+                assert len(arms) == sql.count(" AS arm, "), plan
+                assert all("type=range key=sqlq_job_claim_idx " in arm for arm in arms), plan
         # Future jobs are read only through their own index, oldest first: never scanned.
         for sql in statements["promote"] + statements["next due"]:
             plan = _plan(sql)
+            if connection.vendor == "mysql" and "MIN(scheduled_at)" in sql:
+                # MariaDB reads MIN(scheduled_at) of one status off the end of the index
+                # (status, scheduled_at), and names no index for it.
+                assert plan.endswith("Extra=Select tables optimized away"), plan
+                continue
             assert "sqlq_job_scheduled_idx" in plan, plan
             _assert_no_sort_no_scan(plan)
 
@@ -198,8 +266,8 @@ def test_the_steps_asleep_are_read_from_their_own_index():
         ]
     )
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE sqlq_job_step")
-        cursor.execute("ANALYZE sqlq_job")
+        cursor.execute(_analyze("sqlq_job_step"))
+        cursor.execute(_analyze("sqlq_job"))
     with CaptureQueriesContext(connection) as queries:
         emit_event("k1", {"paid": True})
         asleep_counts("default")
@@ -215,6 +283,17 @@ def test_the_steps_asleep_are_read_from_their_own_index():
         assert "sqlq_job_step_asleep_idx" in plan, (sql, plan)
         assert "SCAN sqlq_job_step" not in plan, plan
         assert "Seq Scan on sqlq_job_step" not in plan, plan
+        if connection.vendor == "mysql":
+            # MariaDB's index (state, wait_key) holds every step, the done ones too: the
+            # reads are a range of its sleeping and waiting states (by key for the waiters),
+            # never the whole table or index.
+            steps = next(line for line in plan.splitlines() if "table=sqlq_job_step " in line)
+            assert "key=sqlq_job_step_asleep_idx " in steps, plan
+            if "wait_key" in sql:
+                assert "type=ref " in steps, plan
+                assert "ref=const,const " in steps, plan
+            else:
+                assert "type=range " in steps, plan
     assert JobStep.objects.get(job_id=asleep[1].id).state == "done"
 
 
@@ -249,6 +328,14 @@ def _assert_no_sort_no_scan(plan: str) -> None:
     if connection.vendor == "sqlite":
         assert "TEMP B-TREE" not in plan, plan
         assert "SCAN sqlq_job" not in plan, plan
+    elif connection.vendor == "mysql":
+        # Neither a scan nor a sort of the jobs' table. (The promotion's locking read sorts
+        # the ids it picked, at most its LIMIT of them, by id: a derived table, not this one.)
+        for line in plan.splitlines():
+            if line.startswith("table=sqlq_job "):
+                assert "type=ALL " not in line, plan
+                assert "type=index " not in line, plan
+                assert "Using filesort" not in line, plan
     else:
         assert "Sort" not in plan, plan
         assert "Seq Scan on sqlq_job" not in plan, plan
@@ -297,6 +384,9 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
     stored = Job.objects.filter(pk__in=[job.id for job in claimed]).values_list("status", "result")
     assert list(stored) == [("completed", result)] * len(claimed)
     assert len(claimed) == 100
+    if connection.vendor == "mysql":
+        _assert_mariadb_completion_by_id([q["sql"] for q in queries])
+        return
     sql = queries[0]["sql"]
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
@@ -312,6 +402,41 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
             # By primary key, or through the few processing rows (the lease index): never a
             # scan of the whole table.
             assert "Seq Scan on sqlq_job" not in plan, plan
+
+
+def _assert_mariadb_completion_by_id(statements: list[str]) -> None:
+    """MariaDB's completion: the locking read finds the batch's rows by their ids (the
+    primary key, or the range (status 'processing', id) of sqlq_job_failed_idx), or through
+    the processing rows alone (an index led by status) when those are about the batch; the
+    UPDATE writes them by primary key. Never the finished rows."""
+    read, update = (
+        next(sql for sql in statements if sql.startswith(start))
+        for start in ("SELECT id, attempts", "UPDATE sqlq_job SET status")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(_analyze("sqlq_job"))
+        cursor.execute(
+            "SELECT index_name FROM information_schema.statistics WHERE table_schema = "
+            "DATABASE() AND table_name = 'sqlq_job' AND seq_in_index = 1 AND column_name = "
+            "'status'"
+        )
+        status_led = {row[0] for row in cursor.fetchall()}
+        assert "sqlq_job_failed_idx" in status_led, status_led
+        plans = {sql: _mariadb_plan(cursor, sql) for sql in (read, update)}
+    for sql, plan in plans.items():
+        assert plan.count("\n") == 0, plan  # one table
+        assert "type=ALL " not in plan, plan
+        assert "type=index " not in plan, plan
+        if sql is update:
+            assert "type=range key=PRIMARY " in plan, plan
+        elif "key=PRIMARY " not in plan:
+            key = plan.split(" key=", 1)[1].split(" ", 1)[0]
+            assert key in status_led, plan
+            assert "type=range " in plan or "ref=const " in plan, plan
+
+
+def _analyze(table: str) -> str:
+    return f"ANALYZE TABLE {table}" if connection.vendor == "mysql" else f"ANALYZE {table}"
 
 
 def test_tidy_vacuums_the_jobs_table_one_worker_at_a_time():

@@ -16,6 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqlq import bulk_enqueue, enqueue, retention
@@ -153,6 +154,9 @@ def test_only_finished_statuses_can_be_pruned():
 @pytest.mark.django_db
 def test_the_pruning_batch_reads_the_finished_index(engine):
     ops = ops_for("default")
+    if engine == "mysql":
+        _assert_mariadb_prunes_in_index_order(ops)
+        return
     where, params = ops._finished_sql("completed", None)
     sql = f"SELECT id FROM sqlq_job WHERE {where} ORDER BY completed_at LIMIT 1000"
     params.update(now=None, back=-1.0)
@@ -164,6 +168,33 @@ def test_the_pruning_batch_reads_the_finished_index(engine):
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
         plan = " ".join(str(row) for row in cursor.fetchall())
     assert "sqlq_job_finished_idx" in plan, plan
+
+
+def _assert_mariadb_prunes_in_index_order(ops: Any) -> None:
+    """MariaDB's batch: its ids read off (status, completed_at) in order, stopping at the
+    limit (no sort of every prunable row, no scan), then deleted by primary key. (A DELETE
+    ... ORDER BY completed_at LIMIT read and sorted every prunable row of the status for
+    each batch.) The statements prune() runs are EXPLAINed, on a table of rows to prune."""
+    make("completed", age=timedelta(days=3), n=1500)
+    connection = connections["default"]
+    with CaptureQueriesContext(connection) as queries:
+        assert ops.prune(status="completed", keep_seconds=DAY, limit=500) == 500
+    (read,) = [q["sql"] for q in queries if q["sql"].startswith("SELECT id FROM sqlq_job")]
+    (delete,) = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
+    for sql, key, kinds in (
+        (read, "sqlq_job_finished_idx", ("range", "ref")),
+        (delete, "PRIMARY", ("range",)),
+    ):
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN {sql}")
+            columns = [column[0] for column in cursor.description]
+            steps = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        jobs = [step for step in steps if step["table"] == "sqlq_job"]
+        assert jobs, steps
+        for step in jobs:
+            assert step["key"] == key, steps
+            assert step["type"] in kinds, steps
+            assert "Using filesort" not in (step["Extra"] or ""), steps
 
 
 # -- the lease: one pass at a time -------------------------------------------------------------

@@ -111,6 +111,15 @@ def refuse_marked_results() -> Iterator[None]:
                 f"CREATE TRIGGER sqlq_test_refuse BEFORE UPDATE ON {table} "
                 "FOR EACH ROW EXECUTE FUNCTION sqlq_test_refuse()"
             )
+        elif connection.vendor == "mysql":
+            # A plain SIGNAL: error 1644, which mysqlclient raises as an OperationalError.
+            # The worker took that for a lost connection and retried the batch for ever; it
+            # is the statement's own refusal (db.is_transient).
+            cursor.execute(
+                f"CREATE TRIGGER sqlq_test_refuse BEFORE UPDATE ON {table} FOR EACH ROW "
+                "IF NEW.result LIKE '%refuse-me%' THEN SIGNAL SQLSTATE '45000' "
+                "SET MESSAGE_TEXT = 'refused by a test trigger'; END IF"
+            )
         else:
             cursor.execute(
                 f"CREATE TRIGGER sqlq_test_refuse BEFORE UPDATE ON {table} "
