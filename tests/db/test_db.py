@@ -62,7 +62,7 @@ def test_completing_a_batch_is_one_statement():
     bulk_enqueue("tests.noop", [{"n": i} for i in range(50)])
     claimed = ops_for("default").claim(queues=None, worker_id="w", limit=50, lease_seconds=30)
     if connection.vendor == "mysql":
-        ops_for("default").max_statement_bytes()  # read once per connection, not per batch
+        ops_for("default").max_json_bytes()  # the packet: read once per connection, not per batch
     with CaptureQueriesContext(connection) as queries:
         done = ops_for("default").complete_statuses(
             [Finished(job.id, job.attempts, {"n": job.id}) for job in claimed],
