@@ -90,6 +90,12 @@ MARIADB_PENDING = {
         "key) and another locking waiters through lock_jobs, over sqlq_job_finished_idx "
         "entries (SHOW ENGINE INNODB STATUS): one in three runs"
     ),
+    "tests/schedules/test_db_schedules_adversary.py::"
+    "test_two_workers_under_add_change_disable_enable_delete": (
+        "an every-second schedule's ticks stalled for 30 s after its siblings were disabled "
+        "and deleted (3 runs of 3 on a loaded machine, 0 of 1 quiet; passed at stop 32): "
+        "a lock wait to find (innodb_lock_wait_timeout is 50 s)"
+    ),
     "tests/schedules/test_schedules.py::test_a_worker_on_naive_local_time_enqueues_ticks": (
         "USE_TZ = False is refused on MariaDB (check E007)"
     ),
