@@ -80,16 +80,6 @@ MARIADB_FAULTS = (
 # Tests that do not pass on MariaDB yet, with why: each is a piece of issue 24 still to do (or
 # a test that reads another engine's query plans and needs MariaDB's). A prefix of node ids.
 MARIADB_PENDING = {
-    # Deadlocks (1213) under racing workers and operators: the cancel-against-completion one
-    # is fixed (blocker rows deleted by primary key) and its test runs (MARIADB_RUNS); the
-    # rest of these modules then passed in 3 runs of 4, and the failure is still to find.
-    "tests/workflows/test_workflows_adversary.py": "one failure in four runs, to find",
-    "tests/workflows/test_workflows_adversary2.py": "one failure in four runs, to find",
-    "tests/workflows/test_processes.py::test_enqueues_that_fan_in_on_jobs_being_finished": (
-        "a deadlock (1213) between a completion counting off a waiter (UPDATE by primary "
-        "key) and another locking waiters through lock_jobs, over sqlq_job_finished_idx "
-        "entries (SHOW ENGINE INNODB STATUS): one in three runs"
-    ),
     "tests/schedules/test_db_schedules_adversary.py::"
     "test_two_workers_under_add_change_disable_enable_delete": (
         "an every-second schedule's ticks stalled for 30 s after its siblings were disabled "
@@ -132,17 +122,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             _mark_mariadb_pending(item, bool(in_process))
 
 
-# Tests that run on MariaDB although a MARIADB_PENDING prefix names their module.
-MARIADB_RUNS = (
-    "tests/workflows/test_workflows_adversary.py::"
-    "test_cancelling_waiters_while_their_dependencies_complete",
-)
-
-
 def _mark_mariadb_pending(item: pytest.Item, in_process: bool) -> None:
     """Skip, on MariaDB, what issue 24 has not brought there yet (and say what)."""
     for prefix, why in MARIADB_PENDING.items():
-        if item.nodeid.startswith(prefix) and not item.nodeid.startswith(MARIADB_RUNS):
+        if item.nodeid.startswith(prefix):
             item.add_marker(pytest.mark.skip(reason=f"MariaDB, pending: {why}"))
             return
     tried = MARIADB_PROCESS_DIRS + tuple(os.environ.get("SQLQ_TEST_MARIADB_TRY", "").split(","))

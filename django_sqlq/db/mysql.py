@@ -24,28 +24,22 @@ MySQL 8 has no RETURNING at all: it is refused (``checks.py``) until it has a di
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db import DataError, ProgrammingError, transaction
+from django.db import DataError, ProgrammingError
 
-from django_sqlq.db.base import QueueOps
-from django_sqlq.db.columns import ClaimedJob
-from django_sqlq.db.dialect import MAX_ERROR_ENTRIES, named_in_list
+from django_sqlq import statuses
+from django_sqlq.db.blockers import IN_CHUNK
 from django_sqlq.db.insert import RECENTLY_FINISHED_SQL
-from django_sqlq.db.outcomes import Finished
+from django_sqlq.db.mysql_path import MySQLOutcomeOps, append_error, by_id, server_now
+
+#: The statuses a job can be deleted in (a running one is not).
+NOT_RUNNING = [status for status in statuses.ALL if status != statuses.PROCESSING]
 
 #: How often an idle worker looks for new jobs (seconds): one probe of the primary key.
 CHANGE_CHECK_INTERVAL = 0.01
-
-#: Bytes of a statement kept for what is not JSON text (SQL, ids, other values), within
-#: the server's max_allowed_packet.
-STATEMENT_ROOM = 64 * 1024
-
-_NOW_UTC = "COALESCE(CAST(%(now)s AS DATETIME(6)), UTC_TIMESTAMP(6))"
-_NOW_LOCAL = "COALESCE(CAST(%(now)s AS DATETIME(6)), NOW(6))"
 
 
 def _wake_table_missing(exc: BaseException) -> bool:
@@ -54,304 +48,10 @@ def _wake_table_missing(exc: BaseException) -> bool:
     return bool(args) and args[0] == 1146 and "sqlq_wake" in str(exc)
 
 
-def _now() -> str:
-    # The columns hold UTC under USE_TZ (Django's MySQL backend converts in Python). Without
-    # it (refused by check E007) the session's wall time, which is not Django's TIME_ZONE's.
-    return _NOW_UTC if settings.USE_TZ else _NOW_LOCAL
-
-
-# A version 7 UUID (as models.new_uuid), per row: the time in milliseconds (48 bits), the
-# version nibble 7, then 72 random bits (RANDOM_BYTES: the server's strong randomness) with
-# the variant nibble (8-b, two bits of RAND()) after the first 12. MariaDB's UUID type takes
-# the 32 hex digits.
-_UUID7 = (
-    "CAST(CONCAT(LPAD(HEX(FLOOR(UNIX_TIMESTAMP(SYSDATE(6)) * 1000)), 12, '0'), '7', "
-    "INSERT(HEX(RANDOM_BYTES(9)), 4, 0, ELT(1 + FLOOR(RAND() * 4), '8', '9', 'a', 'b'))) "
-    "AS UUID)"
-)
-
-
-def _keep_last(json_list: str) -> str:
-    # One entry is appended at a time, so at most one falls off the front.
-    return (
-        f"(CASE WHEN JSON_LENGTH({json_list}) > {MAX_ERROR_ENTRIES} "
-        f"THEN JSON_REMOVE({json_list}, '$[0]') ELSE {json_list} END)"
-    )
-
-
-def _append(entry: str) -> str:
-    return _keep_last(f"JSON_ARRAY_APPEND(COALESCE(errors, '[]'), '$', JSON_COMPACT({entry}))")
-
-
-class MySQLClaimOps(QueueOps):
-    """MariaDB's fragments, its UPDATE that returns rows, and the claim."""
-
-    #: JSON_VALID (the JSON columns' CHECK) refuses text nested deeper.
-    max_json_depth = 31
-
-    # -- the fragments every statement uses (dialect.py) -----------------------------------
-
-    def now_sql(self) -> str:
-        return _now()
-
-    def later_sql(self, seconds: str) -> str:
-        return f"({_now()} + INTERVAL CAST(ROUND(%({seconds})s * 1000000) AS SIGNED) MICROSECOND)"
-
-    def uuid_sql(self) -> str:
-        return _UUID7
-
-    def append_error_sql(self, entry: str) -> str:
-        return _append(f"%({entry})s")
-
-    def concat_sql(self, *parts: str) -> str:
-        return f"CONCAT({', '.join(parts)})"
-
-    def in_list_sql(
-        self, column: str, values: Sequence[Any], name: str
-    ) -> tuple[str, dict[str, Any]]:
-        return named_in_list(column, values, name)
-
-    def skip_locked(self) -> str:
-        return " FOR UPDATE SKIP LOCKED"
-
-    def update_returning(
-        self,
-        set_sql: str,
-        where: str,
-        returning: str,
-        params: dict[str, Any],
-        *,
-        table: str | None = None,
-        lock: bool = False,  # noqa: ARG002 (the rows are always locked first, in id order)
-        skip_locked: bool = False,
-    ) -> list[tuple[Any, ...]]:
-        table = table or self.table
-        skip = " SKIP LOCKED" if skip_locked else ""
-        with (
-            transaction.atomic(using=self.connection.alias, savepoint=False),
-            self.connection.cursor() as cursor,
-        ):
-            cursor.execute(
-                f"SELECT id FROM {table} WHERE {where} ORDER BY id FOR UPDATE{skip}", params
-            )
-            ids = [int(row[0]) for row in cursor.fetchall()]
-            if not ids:
-                return []
-            listed = ", ".join(map(str, ids))
-            cursor.execute(f"UPDATE {table} SET {set_sql} WHERE id IN ({listed})", params)
-            cursor.execute(
-                f"SELECT {returning} FROM {table} WHERE id IN ({listed}) ORDER BY id", params
-            )
-            return list(cursor.fetchall())
-
-    def insert_or_nothing_sql(
-        self,
-        table: str,
-        columns: str,
-        values: str,
-        conflict: str,  # noqa: ARG002 (IGNORE: any unique index)
-        returning: str = "",
-    ) -> str:
-        # INSERT IGNORE also turns other errors (a value too long) into warnings: only for
-        # values the caller has checked (the unique enqueue checks the warnings).
-        returned = f" RETURNING {returning}" if returning else ""
-        return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values}){returned}"
-
-    def take_write_lock(self) -> None:
-        """Nothing: MariaDB's writers lock rows, not the database."""
-
-    # -- the claim (claim.py, queue_rows.py) -----------------------------------------------
-
-    def claim_sql(
-        self,
-        queues: Sequence[str],
-        *,
-        worker_id: str,  # noqa: ARG002 (the UPDATE that follows writes it)
-        limit: int,
-        lease_seconds: float,  # noqa: ARG002
-        now: datetime | None = None,
-        caps: Mapping[str, int] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The claim's locking read, as :meth:`_claim_capped` runs it (tests EXPLAIN it):
-        one arm per queue, each on the claim index (status, queue, priority DESC,
-        scheduled_at, id) from the queue's first runnable row, so nothing is sorted however
-        deep the backlog; SKIP LOCKED passes over rows other workers are claiming. Each arm
-        takes up to ``limit`` (its cap): the batch is the first ``limit`` rows in the
-        queues' order, and the rows read beyond it are let go at the commit."""
-        columns = ", ".join(ClaimedJob._fields)
-        arms = []
-        params: dict[str, Any] = {"now": self.clock(now)}
-        for arm, queue in enumerate(queues):
-            room = min(limit, (caps or {}).get(queue, limit))
-            if room <= 0:
-                continue
-            params[f"queue_{arm}"] = queue
-            arms.append(
-                f"SELECT {arm} AS arm, {columns} FROM {self.table} WHERE status = 'pending' "
-                f"AND queue = %(queue_{arm})s AND scheduled_at <= {_now()} "
-                f"ORDER BY priority DESC, scheduled_at, id LIMIT {int(room)} "
-                "FOR UPDATE SKIP LOCKED"
-            )
-        if len(arms) <= 1:
-            return "".join(arms), params  # "": every queue is capped at 0
-        return " UNION ALL ".join(f"({arm})" for arm in arms), params
-
-    def _claim_capped(
-        self,
-        order: Sequence[str],
-        caps: dict[str, int],
-        worker_id: str,
-        limit: int,
-        lease_seconds: float,
-        now: datetime | None,
-    ) -> list[ClaimedJob]:
-        # One transaction: the locking read of every queue at once (one round trip however
-        # many queues the worker serves), then one UPDATE by primary key. The rows are
-        # returned as read, one attempt more.
-        sql, params = self.claim_sql(
-            order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now,
-            caps=caps,
-        )  # fmt: skip
-        if not sql:
-            return []
-        with (
-            transaction.atomic(using=self.connection.alias, savepoint=False),
-            self.connection.cursor() as cursor,
-        ):
-            cursor.execute(sql, params)
-            # The queues' order, then the claim index's within each (UNION ALL promises
-            # no order of its own).
-            rows = sorted(
-                cursor.fetchall(), key=lambda row: (row[0], -row[8], str(row[9]), row[1])
-            )[:limit]
-            if not rows:
-                return []
-            now_sql = _now()
-            cursor.execute(
-                f"UPDATE {self.table} SET status = 'processing', attempts = attempts + 1, "
-                f"locked_by = %(worker_id)s, locked_at = {now_sql}, started_at = {now_sql}, "
-                f"lease_expires_at = {self.later_sql('lease')}, updated_at = {now_sql} "
-                f"WHERE id IN ({', '.join(str(int(row[1])) for row in rows)})",
-                {"worker_id": worker_id, "now": params["now"], "lease": lease_seconds},
-            )
-        attempts = ClaimedJob._fields.index("attempts")
-        jobs = [
-            ClaimedJob._make((*row[1 : attempts + 1], row[attempts + 1] + 1, *row[attempts + 2 :]))
-            for row in rows
-        ]
-        jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
-        return jobs
-
-    def epoch_sql(self) -> str:
-        return f"(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {_now()}) / 1000000.0)"
-
-
-class MySQLOutcomeOps(MySQLClaimOps):
-    """The completion of a batch, cut to the server's packet."""
-
-    def max_statement_bytes(self) -> int:
-        """The server's ``max_allowed_packet``: the longest statement it takes (a longer
-        one ends the connection, error 1153 then 2006). Read once per connection."""
-        self.connection.ensure_connection()
-        raw = self.connection.connection
-        value = getattr(raw, "sqlq_max_packet", None)
-        if value is None:
-            with self.connection.cursor() as cursor:
-                cursor.execute("SELECT @@max_allowed_packet")
-                value = int(cursor.fetchone()[0])
-            raw.sqlq_max_packet = value
-        return int(value)
-
-    def max_json_bytes(self) -> int:
-        """The longest JSON text a statement carries (``db.json_size_limit``): half the
-        packet, as the text goes escaped (a quote or backslash doubled), less room for the
-        rest of the statement."""
-        return max(self.max_statement_bytes() // 2 - STATEMENT_ROOM, 1024)
-
-    # -- outcomes (outcomes.py) ------------------------------------------------------------
-
-    def complete_statuses(
-        self,
-        finished: Sequence[Finished],
-        *,
-        worker_id: str,
-        now: datetime | None = None,
-        unwaited: bool = False,
-        skip_locked: bool = False,
-    ) -> dict[int, str]:
-        # The batch's rows this worker still holds, locked in id order with what decides
-        # each one's status (a cancel requested while it ran), then one UPDATE by primary
-        # key: the statuses are known without reading the rows again.
-        if not finished:
-            return {}
-        attempts = {f.id: f.attempt for f in finished}
-        in_sql, params = self.in_list_sql("id", sorted(attempts), "done")
-        where = f"{in_sql} AND status = 'processing' AND locked_by = %(worker_id)s"
-        if unwaited:
-            where += " AND waited_on IS NULL"
-        skip = " SKIP LOCKED" if skip_locked else ""
-        statuses: dict[int, str] = {}
-        with (
-            transaction.atomic(using=self.connection.alias, savepoint=False),
-            self.connection.cursor() as cursor,
-        ):
-            cursor.execute(
-                f"SELECT id, attempts, cancel_requested_at IS NULL FROM {self.table} "
-                f"WHERE {where} ORDER BY id FOR UPDATE{skip}",
-                {"worker_id": worker_id, **params},
-            )
-            for job_id, attempt, running in cursor.fetchall():
-                if attempts.get(int(job_id)) == int(attempt):
-                    statuses[int(job_id)] = "completed" if running else "cancelled"
-            if not statuses:
-                return {}
-            results = {f.id: f.result for f in finished if f.id in statuses}
-            for chunk in self._by_size(results):
-                self._complete_rows(cursor, chunk, now)
-        return statuses
-
-    def _by_size(self, results: dict[int, Any]) -> list[list[tuple[int, str | None]]]:
-        """The batch's results as JSON text, cut into UPDATEs that each fit in a packet
-        (a batch of a hundred 1 MiB results is 100 MiB; the server's default packet 16):
-        one UPDATE for a batch of small results, as before."""
-        budget = self.max_statement_bytes() - STATEMENT_ROOM
-        chunks: list[list[tuple[int, str | None]]] = [[]]
-        size = 0
-        for job_id, result in results.items():
-            text = None if result is None else json.dumps(result)
-            cost = 64 + (0 if text is None else 2 * len(text))
-            if chunks[-1] and size + cost > budget:
-                chunks.append([])
-                size = 0
-            chunks[-1].append((job_id, text))
-            size += cost
-        return chunks
-
-    def _complete_rows(
-        self, cursor: Any, rows: list[tuple[int, str | None]], now: datetime | None
-    ) -> None:
-        values: dict[str, Any] = {"now": self.clock(now)}
-        result_sql = "NULL"
-        cases = []
-        for index, (job_id, text) in enumerate(rows):
-            if text is not None:
-                values[f"r{index}"] = text
-                cases.append(f"WHEN {int(job_id)} THEN %(r{index})s")
-        if cases:
-            result_sql = f"CASE id {' '.join(cases)} ELSE NULL END"
-        now_sql = _now()
-        cursor.execute(
-            f"UPDATE {self.table} SET status = CASE WHEN cancel_requested_at IS NULL "
-            f"THEN 'completed' ELSE 'cancelled' END, result = {result_sql}, "
-            f"completed_at = {now_sql}, updated_at = {now_sql}, lease_expires_at = NULL "
-            f"WHERE id IN ({', '.join(str(job_id) for job_id, _ in rows)})",
-            values,
-        )
-
-
 class MySQLOps(MySQLOutcomeOps):
     """The queue's statements in MariaDB's dialect: the hooks they call, in sections named
-    after the module that holds each statement (the claim's in :class:`MySQLClaimOps`)."""
+    after the module that holds each statement (the claim's and the completion's in
+    ``db.mysql_path``)."""
 
     # -- new jobs (insert.py) --------------------------------------------------------------
 
@@ -374,7 +74,7 @@ class MySQLOps(MySQLOutcomeOps):
         # waiting for a key another transaction wrote would stop that one's next insert (a
         # deadlock, seen as error 1467). The window is read before (insert_unique). IGNORE
         # turns other errors into warnings too: insert_unique raises them.
-        key = (type(self), fixed_time, _now(), False)
+        key = (type(self), fixed_time, server_now(), False)
         sql = self._insert_unique_cache.get(key)
         if sql is None:
             columns, values = self.new_row_sql(payload_sql="%(payload)s", fixed_time=fixed_time)
@@ -442,18 +142,27 @@ class MySQLOps(MySQLOutcomeOps):
         status_sql, status_params = self.in_list_sql("status", list(statuses), "statuses")
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id FROM {self.table} WHERE {in_sql} AND {status_sql} "
+                f"SELECT id FROM {by_id(self.table, in_sql)} WHERE {in_sql} AND {status_sql} "
                 f"ORDER BY id FOR UPDATE",
                 {**params, **status_params},
             )
 
+    def delete_jobs(self, job_ids: Sequence[int]) -> list[tuple[int, str, int | None]]:
+        # MariaDB's DELETE takes no index hint and may find its rows through an index led
+        # by status: the rows are locked by primary key first (see by_id()).
+        ids = sorted(set(job_ids))
+        for start in range(0, len(ids), IN_CHUNK):
+            self.lock_jobs(ids[start : start + IN_CHUNK], NOT_RUNNING)
+        return super().delete_jobs(ids)
+
     # -- upkeep (upkeep.py) ----------------------------------------------------------------
 
     def promote(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        now_sql = server_now()
         rows = self.update_returning(
-            f"status = 'pending', updated_at = {_now()}",
+            f"status = 'pending', updated_at = {now_sql}",
             f"id IN (SELECT id FROM (SELECT id FROM {self.table} WHERE status = 'scheduled' "
-            f"AND scheduled_at <= {_now()} ORDER BY scheduled_at LIMIT {int(limit)}) AS due) "
+            f"AND scheduled_at <= {now_sql} ORDER BY scheduled_at LIMIT {int(limit)}) AS due) "
             "AND status = 'scheduled'",
             "queue",
             {"now": self.clock(now)},
@@ -486,10 +195,18 @@ class MySQLOps(MySQLOutcomeOps):
             ids = [int(row[0]) for row in cursor.fetchall()]
             if not ids:
                 return 0
+            # Locked through the primary key, the condition checked again (a job retried
+            # meanwhile is left), then deleted by primary key (see by_id()).
+            listed = f"id IN ({', '.join(map(str, ids))})"
             cursor.execute(
-                f"DELETE FROM {self.table} WHERE id IN ({', '.join(map(str, ids))}) AND {where}",
+                f"SELECT id FROM {by_id(self.table, listed)} WHERE {listed} AND {where} "
+                "ORDER BY id FOR UPDATE",
                 params,
             )
+            ids = [int(row[0]) for row in cursor.fetchall()]
+            if not ids:
+                return 0
+            cursor.execute(f"DELETE FROM {self.table} WHERE id IN ({', '.join(map(str, ids))})")
             return int(cursor.rowcount)
 
     def prune_orphan_steps(self, *, limit: int = 1000) -> int:
@@ -520,7 +237,7 @@ class MySQLOps(MySQLOutcomeOps):
             "'exception_class', 'django_sqlq.exceptions.LeaseLostError', "
             "'message', 'lease expired', 'traceback', '')"
         )
-        return _append(entry)
+        return append_error(entry)
 
     def delete_rows(
         self, table: str, where: str, params: dict[str, Any], *, returning: str = ""

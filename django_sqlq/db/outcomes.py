@@ -240,16 +240,12 @@ class OutcomeOps(Dialect):
             return 0
         in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
         now_sql = self.now_sql()
-        sql = (
-            f"UPDATE {self.table} SET "
+        return self.update_rows(
             f"status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END, "
             f"completed_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE {now_sql} END, "
             f"attempts = attempts - 1, "
             f"locked_by = '', locked_at = NULL, started_at = NULL, lease_expires_at = NULL, "
-            f"updated_at = {now_sql} "
-            "WHERE "
-            + self.in_id_order(f"{in_sql} AND status = 'processing' AND locked_by = %(worker_id)s")
+            f"updated_at = {now_sql}",
+            f"{in_sql} AND status = 'processing' AND locked_by = %(worker_id)s",
+            {"now": self.clock(now), "worker_id": worker_id, **in_params},
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": self.clock(now), "worker_id": worker_id, **in_params})
-            return int(cursor.rowcount)

@@ -33,7 +33,7 @@ class RunningOps(Dialect):
             if not job_ids:
                 return 0
             in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
-            where += f" AND {in_sql}"
+            where = f"{in_sql} AND {where}"  # the ids lead: read by primary key (MariaDB)
             params.update(in_params)
         # A row another transaction holds (an enqueue marking it waited for, an operator)
         # is renewed by the next beat: the heartbeat never waits, so it never holds this
@@ -60,16 +60,12 @@ class RunningOps(Dialect):
             return 0
         in_sql, in_params = self.in_list_sql("id", list(job_ids), "ids")
         now_sql = self.now_sql()
-        running = " AND status = 'processing'"
-        sql = (
-            f"UPDATE {self.table} SET "
+        return self.update_rows(
             f"cancel_requested_at = COALESCE(cancel_requested_at, {now_sql}), "
-            f"updated_at = {now_sql} "
-            f"WHERE {self.in_id_order(in_sql + running)}"
+            f"updated_at = {now_sql}",
+            f"{in_sql} AND status = 'processing'",
+            {"now": self.clock(now), **in_params},
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"now": self.clock(now), **in_params})
-            return int(cursor.rowcount)
 
     def holds(self, job_id: int, *, worker_id: str, attempt: int) -> bool:
         """Whether ``worker_id`` still runs attempt ``attempt`` of job ``job_id`` (the fence

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 from typing import Any
@@ -69,15 +70,16 @@ def test_completing_a_batch_is_one_statement():
             worker_id="w",
         )
     if connection.vendor == "mysql":
-        # One transaction: a locking read of the batch's rows this worker still holds, then
-        # one UPDATE of them by primary key.
+        # One transaction: a locking read of the batch's rows this worker still holds,
+        # through the primary key (db.mysql_path.by_id), then one UPDATE of them by it.
         statements = [q["sql"] for q in queries]
         assert len(statements) == 4, [sql[:80] for sql in statements]
         begin, read, update, commit = statements
         assert (begin, commit) == ("BEGIN", "COMMIT"), statements
         ids = ", ".join(str(job_id) for job_id in sorted(job.id for job in claimed))
         columns = "id, attempts, cancel_requested_at IS NULL"
-        assert read.startswith(f"SELECT {columns} FROM sqlq_job WHERE id IN ({ids}) AND "), read
+        table = "sqlq_job FORCE INDEX (PRIMARY)"
+        assert read.startswith(f"SELECT {columns} FROM {table} WHERE id IN ({ids}) AND "), read
         assert read.endswith("ORDER BY id FOR UPDATE"), read
         assert update.startswith("UPDATE sqlq_job SET status = "), update
         assert update.endswith(f"WHERE id IN ({ids})"), update
@@ -224,10 +226,13 @@ def test_the_workers_claim_reads_its_index_in_order(options):
             assert "sqlq_job_claim_idx" in plan, plan
             _assert_no_sort_no_scan(plan)
             if connection.vendor == "mysql":
-                # Each queue's arm a range of the claim index (status, queue), in its order.
+                # Each queue's arm the claim index's entries of (status, queue), in its
+                # order (named: db.mysql_path.CLAIM_INDEX; a range, or a ref of both).
                 arms = plan.splitlines()
                 assert len(arms) == sql.count(" AS arm, "), plan
-                assert all("type=range key=sqlq_job_claim_idx " in arm for arm in arms), plan
+                assert all(
+                    re.search(r"type=(range|ref) key=sqlq_job_claim_idx ", arm) for arm in arms
+                ), plan
         # Future jobs are read only through their own index, oldest first: never scanned.
         for sql in statements["promote"] + statements["next due"]:
             plan = _plan(sql)
@@ -276,6 +281,8 @@ def test_the_steps_asleep_are_read_from_their_own_index():
         for q in queries
         if "sqlq_job_step" in q["sql"]
         and ("wait_key" in q["sql"].split("WHERE", 1)[-1] or "COUNT" in q["sql"])
+        # MariaDB locks the rows it found again by primary key (db.mysql_path.by_id).
+        and "FORCE INDEX (PRIMARY)" not in q["sql"]
     ]
     assert len(reads) == 2, [q["sql"] for q in queries]
     for sql in reads:
@@ -528,6 +535,12 @@ def test_delete_is_one_conditional_statement_even_with_delete_receivers():
         for q in queries
         if "sqlq_job_blocker" not in q["sql"] and not q["sql"].startswith(("BEGIN", "COMMIT"))
     ]
+    if connection.vendor == "mysql":
+        # MariaDB's DELETE takes no index hint: the rows are locked by primary key first
+        # (db.mysql_path.by_id), a locking read of ids, not a read of the rows.
+        lock, *statements = statements
+        assert lock.startswith("SELECT id FROM sqlq_job FORCE INDEX (PRIMARY)"), lock
+        assert lock.endswith("FOR UPDATE"), lock
     assert len(statements) == 1
     assert statements[0].upper().startswith("DELETE")
     assert (outcome.changed, outcome.skipped) == (1, 1)

@@ -179,10 +179,14 @@ def _assert_mariadb_prunes_in_index_order(ops: Any) -> None:
     connection = connections["default"]
     with CaptureQueriesContext(connection) as queries:
         assert ops.prune(status="completed", keep_seconds=DAY, limit=500) == 500
-    (read,) = [q["sql"] for q in queries if q["sql"].startswith("SELECT id FROM sqlq_job")]
+    reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT id FROM sqlq_job")]
+    # The ids read, then locked by primary key (db.mysql_path.by_id), then deleted by it.
+    (read, lock) = reads
     (delete,) = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
+    assert lock.startswith("SELECT id FROM sqlq_job FORCE INDEX (PRIMARY)"), lock
     for sql, key, kinds in (
         (read, "sqlq_job_finished_idx", ("range", "ref")),
+        (lock, "PRIMARY", ("range",)),
         (delete, "PRIMARY", ("range",)),
     ):
         with connection.cursor() as cursor:

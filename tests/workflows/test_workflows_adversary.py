@@ -543,8 +543,11 @@ def test_a_fan_in_over_ten_thousand_jobs() -> None:
     with CaptureQueriesContext(connection) as ids_queries:
         by_ids = enqueue("tests.noop", {}, depends_on=[j.pk for j in group])
     chunks = 10_000 // 500
-    assert len(then_queries) <= 4 * chunks + 10, len(then_queries)
-    assert len(ids_queries) <= 2 * chunks + 10, len(ids_queries)
+    # Marking a chunk waited for is an UPDATE that returns its rows: one statement, three
+    # on MariaDB (a locking read, the UPDATE, a read back: db/mysql.py).
+    update = 3 if connection.vendor == "mysql" else 1
+    assert len(then_queries) <= (3 + update) * chunks + 10, len(then_queries)
+    assert len(ids_queries) <= (1 + update) * chunks + 10, len(ids_queries)
     assert status(fan_in) == JobStatus.BLOCKED
     run_burst(queues=["default"], concurrency=8)
     assert status(fan_in) == JobStatus.COMPLETED
