@@ -173,7 +173,8 @@ def _check_listen_alias(queue_alias: str, listen_alias: str | None) -> list[Chec
                 "SQLQ['LISTEN_DATABASE'] only applies to a PostgreSQL queue database, through "
                 f"a PostgreSQL alias; {queue_alias!r} uses {vendor(queue_alias)!r} and "
                 f"{listen_alias!r} uses {vendor(listen_alias)!r}.",
-                hint="Remove SQLQ['LISTEN_DATABASE'] (SQLite workers need no LISTEN).",
+                hint="Remove SQLQ['LISTEN_DATABASE']: SQLite and MariaDB workers wake without "
+                "LISTEN.",
                 id="django_sqlq.E021",
             )
         ]

@@ -212,6 +212,7 @@ def test_the_workers_claim_reads_its_index_in_order(options):
     """EXPLAIN the statement the worker runs: each queue's runnable jobs are read from the
     claim index in its order; the backlog is never sorted."""
     _fill_queues(1500, ["default", "emails", "reports"])
+    _forget_sqlite_statistics()
     statements = _worker_sql(**options)
     # Without statistics (a new SQLite database) and with them (after ANALYZE, or PRAGMA
     # optimize; PostgreSQL's autovacuum): with them, SQLite once sorted every pending job.
@@ -412,10 +413,9 @@ def test_completing_a_batch_looks_rows_up_by_primary_key(result):
 
 
 def _assert_mariadb_completion_by_id(statements: list[str]) -> None:
-    """MariaDB's completion: the locking read finds the batch's rows by their ids (the
-    primary key, or the range (status 'processing', id) of sqlq_job_failed_idx), or through
-    the processing rows alone (an index led by status) when those are about the batch; the
-    UPDATE writes them by primary key. Never the finished rows."""
+    """MariaDB's completion: the locking read finds the batch's rows by primary key (named:
+    db.mysql_path.by_id; through an index led by status it deadlocked with operators), and
+    the UPDATE writes them by primary key. Never the finished rows."""
     read, update = (
         next(sql for sql in statements if sql.startswith(start))
         for start in ("SELECT id, attempts", "UPDATE sqlq_job SET status")
@@ -430,16 +430,22 @@ def _assert_mariadb_completion_by_id(statements: list[str]) -> None:
         status_led = {row[0] for row in cursor.fetchall()}
         assert "sqlq_job_failed_idx" in status_led, status_led
         plans = {sql: _mariadb_plan(cursor, sql) for sql in (read, update)}
-    for sql, plan in plans.items():
+    for plan in plans.values():
         assert plan.count("\n") == 0, plan  # one table
-        assert "type=ALL " not in plan, plan
-        assert "type=index " not in plan, plan
-        if sql is update:
-            assert "type=range key=PRIMARY " in plan, plan
-        elif "key=PRIMARY " not in plan:
-            key = plan.split(" key=", 1)[1].split(" ", 1)[0]
-            assert key in status_led, plan
-            assert "type=range " in plan or "ref=const " in plan, plan
+        assert "type=range key=PRIMARY " in plan, plan
+
+
+def _forget_sqlite_statistics() -> None:
+    """SQLite keeps ANALYZE's statistics (sqlite_stat1) in the test database across tests,
+    which empty the tables, not the statistics: a plan read "without statistics" after
+    another test's ANALYZE was read with that test's shape of the table."""
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'")
+        if cursor.fetchone():
+            cursor.execute("DELETE FROM sqlite_stat1")
+            cursor.execute("ANALYZE sqlite_master")  # the planner reloads the (empty) statistics
 
 
 def _analyze(table: str) -> str:

@@ -114,8 +114,10 @@ def test_chains_survive_kill_9_of_their_worker_at_random_moments(tmp_path, spawn
         return sum(p == pid for by_step in found for pids in by_step.values() for p in pids)
 
     # Kill once this many steps (of all chains) completed: 3 or 4 points spread over the
-    # chains' lives, each before the last steps (so there is always work in flight).
-    targets = sorted(rng.sample(range(CHAINS * STEPS - CHAINS), rng.choice((3, 4))))
+    # chains' lives, each before the last two steps of every chain (so there is always work
+    # in flight: with one step left per chain, a loaded machine's worker ran all three
+    # between two looks, and the chains ended before the last kill).
+    targets = sorted(rng.sample(range(CHAINS * STEPS - 2 * CHAINS), rng.choice((3, 4))))
     killed: set[int] = set()
     for target in targets:
         worker = spawn_worker("--concurrency", str(CHAINS), env=env)
