@@ -28,20 +28,23 @@ worker that lost its lease can never overwrite the outcome of the worker that to
 
 from __future__ import annotations
 
+import functools
 import logging
+import random
+import time
 import traceback as tb
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from django_sqlq import statuses, workflows
 from django_sqlq.conf import get_settings
-from django_sqlq.db import ops_for
+from django_sqlq.db import is_deadlock, ops_for
 from django_sqlq.db.base import DatabaseNow
 from django_sqlq.models import Job, JobStatus, JobStep, StepState
 
@@ -190,7 +193,11 @@ def _apply(
     if unless is not None:
         jobs = jobs.exclude(unless)
     with transaction.atomic(using=alias):
-        ops_for(alias).lock_jobs(sorted(wanted), allowed)
+        locked = ops_for(alias).lock_jobs(sorted(wanted), allowed)
+        if locked is not None:
+            # Only the rows it holds: one that entered ``allowed`` since, by another's
+            # commit, and that a third holds now, would be waited for while holding these.
+            jobs = jobs.filter(pk__in=locked)
         changed = jobs.update(updated_at=DatabaseNow(), **changes)
     return Outcome(changed=changed, skipped=len(wanted) - changed)
 
@@ -211,6 +218,39 @@ def _wake(ids: Iterable[int], alias: str | None, outcome: Outcome) -> Outcome:
     return outcome
 
 
+#: How many times an operator's action is tried when the database rolls it back to break a
+#: deadlock.
+DEADLOCK_TRIES = 5
+
+Action = Callable[..., Outcome]
+
+
+def _retried_on_deadlock(action: Action) -> Action:
+    """``action`` tried again when the database rolled its transaction back to break a
+    deadlock (1213 on MariaDB, 40P01 on PostgreSQL): two actions over overlapping jobs (an
+    operator's cancel of a job and of the jobs that wait for it, another's cancel of that
+    job) can each hold a row the other needs, and the database ends one of them whole.
+    Not inside the caller's own transaction: that rollback took the caller's other work
+    with it, so the error is the caller's to handle."""
+
+    @functools.wraps(action)
+    def run(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
+        alias = alias or get_settings().DATABASE
+        ids = list(ids)  # read once: a try may follow
+        for attempt in range(1, DEADLOCK_TRIES + 1):
+            try:
+                return action(ids, alias=alias)
+            except OperationalError as exc:
+                own = transaction.get_connection(alias).in_atomic_block
+                if own or attempt == DEADLOCK_TRIES or not is_deadlock(exc):
+                    raise
+                time.sleep(random.uniform(0, 0.01 * attempt))  # the winner commits meanwhile
+        raise AssertionError("unreachable")
+
+    return run
+
+
+@_retried_on_deadlock
 def retry_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """failed | cancelled -> pending, runnable now, attempts reset.
 
@@ -274,6 +314,7 @@ WAITING = (JobStatus.SCHEDULED, JobStatus.PENDING)
 NOT_STARTED = (JobStatus.BLOCKED, *WAITING)
 
 
+@_retried_on_deadlock
 def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """blocked | scheduled | pending -> cancelled. The jobs that wait for a cancelled job
     are decided by their policy, in the same transaction."""
@@ -299,6 +340,7 @@ def cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     return Outcome(changed=outcome.changed, skipped=len(wanted) - outcome.changed)
 
 
+@_retried_on_deadlock
 def request_cancel(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """Ask the workers running these processing jobs to stop them (``cancel_requested_at``).
     Each worker sees it within about a second, sets its handler's ``cancel_requested`` flag
@@ -323,6 +365,7 @@ def cancel_or_request(ids: Iterable[int], *, alias: str | None = None) -> Outcom
     return Outcome(changed=changed, skipped=len(set(ids)) - changed, requested=requested.changed)
 
 
+@_retried_on_deadlock
 def run_now(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """A job scheduled for later becomes runnable now: pending, due now. A job asleep in a
     durable sleep (``context.sleep()``) has its sleep ended too: else it would only go back
@@ -357,6 +400,7 @@ def next_due_in(alias: str, *, now: datetime | None = None) -> float | None:
     return ops_for(alias).next_due_in(now=now)
 
 
+@_retried_on_deadlock
 def delete(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
     """Delete jobs that are not running. A ``processing`` job is skipped: its worker holds it.
 

@@ -149,6 +149,16 @@ def is_lock_conflict(exc: BaseException) -> bool:
     return bool(args) and args[0] in MYSQL_LOCK_CONFLICTS
 
 
+def is_deadlock(exc: BaseException) -> bool:
+    """True when the database rolled back the transaction to break a deadlock (PostgreSQL's
+    40P01, MariaDB's 1213): a new try of the whole transaction can succeed."""
+    cause = exc.__cause__
+    if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) == "40P01":
+        return True
+    args: tuple[Any, ...] = getattr(cause, "args", None) or exc.args
+    return bool(args) and args[0] == 1213
+
+
 def is_missing_table(exc: BaseException) -> bool:
     """True when the jobs table is not there: ``migrate`` has not been run."""
     message = str(exc).lower()

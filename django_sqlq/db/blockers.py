@@ -140,13 +140,20 @@ class BlockerOps(Dialect):
                 deleted.extend((row[0], str(row[1]), row[2]) for row in cursor.fetchall())
         return deleted
 
-    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
+    def lock_jobs(
+        self,
+        job_ids: Sequence[int],  # noqa: ARG002 (for engines with row locks)
+        statuses: Sequence[str],  # noqa: ARG002
+    ) -> list[int] | None:
         """Lock the rows of the jobs ``job_ids`` that are in one of ``statuses`` until the
-        transaction ends, in id order (PostgreSQL): the jobs a statement of several steps
-        (a resolution, an operator's action) is about to change, so that two of them over
-        overlapping jobs take them in one order and cannot wait for each other. Only those
-        it changes: a running job another transaction holds (a worker completing it) is not
-        waited for. SQLite: nothing (one writer at a time)."""
+        transaction ends, in id order (PostgreSQL, MariaDB): the jobs a statement of several
+        steps (a resolution, an operator's action) is about to change, so that two of them
+        over overlapping jobs take them in one order and cannot wait for each other. Only
+        those it changes: a running job another transaction holds (a worker completing it)
+        is not waited for. Returns the ids locked: the statement that follows changes only
+        those (one that reached a row locked after, by another, would wait for it while
+        holding these). SQLite: nothing, None (one writer at a time)."""
+        return None
 
     def start_chain(self, job_id: int) -> None:
         """Make the job ``job_id`` the first step of a chain (as it continues)."""

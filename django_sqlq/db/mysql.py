@@ -135,9 +135,9 @@ class MySQLOps(MySQLOutcomeOps):
 
     # -- workflows (blockers.py) -----------------------------------------------------------
 
-    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> list[int] | None:
         if not job_ids:
-            return
+            return []
         in_sql, params = self.in_list_sql("id", sorted(set(job_ids)), "ids")
         status_sql, status_params = self.in_list_sql("status", list(statuses), "statuses")
         with self.connection.cursor() as cursor:
@@ -146,6 +146,7 @@ class MySQLOps(MySQLOutcomeOps):
                 f"ORDER BY id FOR UPDATE",
                 {**params, **status_params},
             )
+            return [int(row[0]) for row in cursor.fetchall()]
 
     def delete_jobs(self, job_ids: Sequence[int]) -> list[tuple[int, str, int | None]]:
         # MariaDB's DELETE takes no index hint and may find its rows through an index led

@@ -219,15 +219,16 @@ class PostgreSQLOps(QueueOps):
 
     # -- workflows (blockers.py) -----------------------------------------------------------
 
-    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> None:
+    def lock_jobs(self, job_ids: Sequence[int], statuses: Sequence[str]) -> list[int] | None:
         if not job_ids:
-            return
+            return []
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT id FROM {self.table} WHERE id = ANY(%(ids)s) "
                 f"AND status = ANY(%(statuses)s) ORDER BY id FOR NO KEY UPDATE",
                 {"ids": sorted(set(job_ids)), "statuses": list(statuses)},
             )
+            return [int(row[0]) for row in cursor.fetchall()]
 
     # -- upkeep (upkeep.py) ----------------------------------------------------------------
 

@@ -10,6 +10,7 @@ for it, then changes the row's status, and commits."""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -183,3 +184,41 @@ def test_every_locking_read_of_jobs_by_id_reads_the_primary_key() -> None:
             assert [row[5] or ("PRIMARY" if row[9] == const else None) for row in plan] == [
                 "PRIMARY"
             ], (sql, plan)
+
+
+def test_operators_racing_over_overlapping_jobs_never_see_a_deadlock() -> None:
+    """Four operators retry, cancel and run now random overlapping sets of 300 jobs at
+    once (found by an adversary: 5-7% of such calls on MariaDB failed with 1213). Each
+    action locks only the rows it changes, in id order, and changes only those; what the
+    database still rolls back to break a deadlock is tried again."""
+    jobs = [job.pk for job in bulk_enqueue("tests.noop", [{} for _ in range(300)], delay=3600)]
+    lifecycle.cancel(jobs[::2])
+    actions = [lifecycle.retry_now, lifecycle.cancel_or_request, lifecycle.run_now]
+    errors: list[str] = []
+    calls: list[int] = []
+
+    def operator(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(120):
+                ids = rng.sample(jobs, 40)
+                try:
+                    rng.choice(actions)(ids)
+                except Exception as exc:
+                    errors.append(repr(exc))
+                calls.append(seed)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=operator, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(calls) == 480
+    assert errors == []
+    assert set(Job.objects.values_list("status", flat=True)) <= {
+        JobStatus.PENDING,
+        JobStatus.SCHEDULED,
+        JobStatus.CANCELLED,
+    }
