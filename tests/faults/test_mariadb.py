@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from django.db import connection
 
 from django_sqlq import bulk_enqueue
 from django_sqlq.models import Job
-from tests.faults.conftest import errors_in, runs, until
+from tests.faults.conftest import Pool, errors_in, runs, until
 from tests.faults.test_postgresql import reconnecting
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
@@ -36,7 +37,9 @@ RESTART = (
     reason="restarts the MariaDB server: set SQLQ_FAULTS_MARIADB_RESTART=1 (.ci/run does)",
 )
 @pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB's server")
-def test_server_restart_mid_drain(tmp_path: Path, pool, report) -> None:
+def test_server_restart_mid_drain(
+    tmp_path: Path, pool: Callable[..., Pool], report: Callable[..., None]
+) -> None:
     command = os.environ.get("SQLQ_FAULTS_MARIADB_RESTART_CMD") or RESTART
     path = str(tmp_path / "ran")
     jobs = bulk_enqueue(
