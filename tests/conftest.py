@@ -22,6 +22,7 @@ from django_sqlq.compat import LOGGER_NAME
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.lifecycle import ErrorInfo
 from django_sqlq.worker import Worker
+from tests.forking import ForkedProcess, ForkServer, forking
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,7 +104,15 @@ MARIADB_PENDING = {
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if only := os.environ.get("SQLQ_TEST_ONLY"):
+        # SQLQ_TEST_ONLY=db,enqueue: only the tests of these folders of tests/ (scripts/test
+        # runs the Django 5.2 pair so on PostgreSQL and MariaDB).
+        folders = set(only.split(","))
+        left = [item for item in items if item.nodeid.split("/")[1] not in folders]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [item for item in items if item.nodeid.split("/")[1] in folders]
     processes = pytest.mark.processes
     mariadb = os.environ.get("SQLQ_TEST_ENGINE") == "mysql"
     for item in items:
@@ -164,6 +173,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if spec := os.environ.get("SQLQ_TEST_SHARD"):
         config.pluginmanager.register(_Shard(spec), "sqlq-shard")
     _flush_postgresql_with_delete()
+
+
+def pytest_sessionfinish() -> None:
+    ForkServer.stop_started()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -284,11 +297,19 @@ def engine() -> str:
 
 
 class WorkerProcess:
-    """A real ``manage.py sqlq_worker`` subprocess whose output goes to a file."""
+    """A real ``manage.py sqlq_worker`` process whose output goes to a file: forked by the fork
+    server (``tests/forkserver.py``, which says what a fork skips), or else started with
+    ``subprocess.Popen``."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str]) -> None:
         self.log = log
         self._fh = log.open("wb")
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        argv = ["-m", "django", "sqlq_worker", *args]
+        server = forking()
+        if server is not None and server.can_fork(argv, env):
+            self.proc = server.spawn(argv, env, stdout=log, stderr=log)
+            return
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "sqlq_worker", *args],
             cwd=ROOT,

@@ -7,13 +7,13 @@ import contextlib
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, pg_params
+from tests.forking import run_python
 
 
 def manage(database: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -24,10 +24,7 @@ def manage(database: str, *args: str, timeout: float = 60) -> subprocess.Complet
         "PYTHONPATH": str(ROOT),
     }
     env.pop("PYTEST_CURRENT_TEST", None)
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+    return run_python(["-m", "django", *args], env=env, timeout=timeout)
 
 
 def sql(engine: str, database: str, statement: str) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import ROOT, WorkerProcess
 from tests.faults.conftest import until
+from tests.forking import run_python
 
 LEVELS = {"DJANGO_SETTINGS_MODULE": "tests.faults.settings"}
 
@@ -67,31 +68,14 @@ def _project(
 def _manage(
     env: dict[str, str], *args: str, stdin: str | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_python(["-m", "django", *args], env=env, input=stdin)
     if check:
         assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
     return done
 
 
 def _script(env: dict[str, str], code: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()\n" + code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_python(["-c", "import django; django.setup()\n" + code], env=env)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     return done.stdout
 

@@ -53,6 +53,7 @@ import pytest
 from django.db import connections
 
 from tests.conftest import ROOT, pg_params
+from tests.forking import run_python
 
 DOCS = ROOT / "docs"
 PAGES = [
@@ -202,14 +203,7 @@ class Project:
 
     def run(self, *args: str) -> str:
         """Run ``python ARGS`` in the project; its stdout and stderr."""
-        done = subprocess.run(
-            [sys.executable, *args],
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_python(list(args), env=self.env, cwd=self.root, timeout=120)
         output = done.stdout + done.stderr
         assert done.returncode == 0, f"{args} failed:\n{output}"
         return output
@@ -217,14 +211,8 @@ class Project:
     def manage(self, *args: str, input: str | None = None) -> str:
         if input is None:
             return self.run("manage.py", *args)
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=self.root,
-            env=self.env,
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=120,
+        done = run_python(
+            ["manage.py", *args], env=self.env, cwd=self.root, input=input, timeout=120
         )
         assert done.returncode == 0, f"{args} failed:\n{done.stdout}{done.stderr}"
         return done.stdout + done.stderr

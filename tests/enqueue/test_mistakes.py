@@ -9,7 +9,6 @@ import io
 import logging
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from django_sqlq.models import Job, JobStatus, Queue, WorkerProcess
 from django_sqlq.testing import run_jobs
 from django_sqlq.worker import Worker, WorkerError
 from tests.conftest import ROOT, run_burst
+from tests.forking import run_python
 from tests.testapp import adversary_workflow_jobs  # noqa: F401 (registers advwf.*)
 
 db = pytest.mark.django_db
@@ -260,14 +260,7 @@ def manage(database: str, *args: str, timeout: float = 120) -> subprocess.Comple
         "PYTHONPATH": str(ROOT),
     }
     env.pop("PYTEST_CURRENT_TEST", None)
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_python(["-m", "django", *args], env=env, timeout=timeout)
 
 
 @db

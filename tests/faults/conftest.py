@@ -14,19 +14,22 @@ import os
 import random
 import re
 import signal
+import subprocess
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connection, connections
 
 from tests.conftest import WorkerProcess, wait_for
 
 HERE = Path(__file__).resolve().parent
+
+T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -221,8 +224,9 @@ def seconds_to_exit(
     worker: WorkerProcess, since: float, timeout: float = 10.0
 ) -> tuple[int, float]:
     """Wait (at most ``timeout``) for ``worker`` to exit; return its status and the seconds
-    from ``since`` (a time.monotonic()) to its exit, measured by a blocking wait (Popen's
-    wait with a timeout polls, in steps of up to 50 ms)."""
+    from ``since`` (a time.monotonic()) to its exit: the fork server's reaping time for a
+    worker it forked, else a blocking wait's (Popen's wait with a timeout polls, in steps of
+    up to 50 ms)."""
     exited: list[float] = []
 
     def reap() -> None:
@@ -234,7 +238,10 @@ def seconds_to_exit(
     waiter.join(timeout)
     if not exited:
         raise AssertionError(f"worker did not exit within {timeout}s:\n{worker.output()}")
-    return worker.proc.returncode, exited[0] - since
+    status = worker.proc.returncode
+    assert status is not None
+    at = getattr(worker.proc, "exited_at", None) or exited[0]
+    return status, at - since
 
 
 def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -243,3 +250,72 @@ def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
         return wait_for(condition, timeout=timeout, interval=0.05)
     except AssertionError:
         raise AssertionError(f"not within {timeout}s: {what}") from None
+
+
+# -- a server restarted mid-drain (PostgreSQL's and MariaDB's) ------------------------------
+
+
+def reconnecting(query: Callable[[], T]) -> Callable[[], T | None]:
+    """``query``, but a connection lost to a server restart reads as "not yet"."""
+
+    def attempt() -> T | None:
+        try:
+            return query()
+        except (OperationalError, InterfaceError):
+            connection.close()
+            return None
+
+    return attempt
+
+
+def drain_through_a_restart(
+    tmp_path: Path,
+    pool: Callable[..., Pool],
+    report: Callable[..., None],
+    restart_command: str,
+    *,
+    drain_timeout: float,
+) -> None:
+    """2 workers drain 3,000 jobs; ``restart_command`` restarts the server when a quarter is
+    done. No worker exits, no job fails, every job runs once, and the workers say what they
+    rode out."""
+    from django_sqlq import bulk_enqueue
+    from django_sqlq.models import Job
+
+    path = str(tmp_path / "ran")
+    jobs = bulk_enqueue(
+        "faults.record",
+        [{"n": n, "path": path, "before": 0.005, "after": 0.005} for n in range(3000)],
+    )
+    workers = pool(2, "--concurrency", "2", env={"SQLQ_TEST_LEASE_SECONDS": "5"})
+    until(lambda: Job.objects.completed().count() >= len(jobs) // 4, 60, "a quarter done")
+    at_restart = Job.objects.completed().count()
+    restart_started = time.monotonic()
+    subprocess.run(restart_command, shell=True, check=True, timeout=120)
+    restarted = time.monotonic() - restart_started
+    connection.close()
+    until(
+        reconnecting(lambda: Job.objects.completed().count() == len(jobs)),
+        drain_timeout,
+        "the drain finished after the restart",
+    )
+    drained = time.monotonic() - restart_started
+    assert all(w.proc.poll() is None for w in workers.workers), "a worker exited"
+    assert workers.died == {}
+    assert not Job.objects.failed().exists()
+    # Each job ran once: the outcomes of the attempts in flight at the restart were written
+    # after it, by the workers that ran them.
+    assert {n: len(p) for n, p in runs(tmp_path / "ran").items()} == dict.fromkeys(
+        range(len(jobs)), 1
+    )
+    assert workers.stop() == [0, 0]
+    output = workers.output()
+    assert errors_in(output) == []
+    assert "database error during" in output or "heartbeat failed" in output
+    report(
+        jobs=len(jobs),
+        completed_when_restarted=at_restart,
+        worker_warnings=sum(" WARNING " in line for line in output.splitlines()),
+        restart_seconds=round(restarted, 1),
+        restart_to_drained_seconds=round(drained, 1),
+    )

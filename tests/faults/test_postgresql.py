@@ -18,22 +18,26 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import connection, transaction
 
 from django_sqlq import bulk_enqueue, enqueue
 from django_sqlq.models import Job, JobStatus
-from tests.faults.conftest import backends, errors_in, runs, terminate, until
+from tests.faults.conftest import (
+    backends,
+    drain_through_a_restart,
+    errors_in,
+    runs,
+    terminate,
+    until,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
-
-T = TypeVar("T")
 
 
 def record_jobs(tmp_path: Path, count: int, **payload: Any) -> list[Job]:
@@ -192,19 +196,6 @@ def test_lost_notification_only_delays_pickup_to_the_poll_interval(spawn_worker,
     )
 
 
-def reconnecting(query: Callable[[], T]) -> Callable[[], T | None]:
-    """``query``, but a connection lost to the restart reads as "not yet"."""
-
-    def attempt() -> T | None:
-        try:
-            return query()
-        except (OperationalError, InterfaceError):
-            connection.close()
-            return None
-
-    return attempt
-
-
 @pytest.mark.server_restart
 @pytest.mark.skipif(
     os.environ.get("SQLQ_FAULTS_PG_RESTART") != "1",
@@ -216,34 +207,4 @@ def test_server_restart_mid_drain(tmp_path, pool, report):
         "pg_ctlcluster --skip-systemctl-redirect "
         f"{' '.join(sorted(os.listdir('/etc/postgresql')))} main restart"
     )
-    jobs = record_jobs(tmp_path, 3000, before=0.005, after=0.005)
-    workers = pool(2, "--concurrency", "2", env={"SQLQ_TEST_LEASE_SECONDS": "5"})
-    until(lambda: Job.objects.completed().count() >= len(jobs) // 4, 60, "a quarter done")
-    at_restart = Job.objects.completed().count()
-    restart_started = time.monotonic()
-    subprocess.run(command, shell=True, check=True, timeout=120)
-    restarted = time.monotonic() - restart_started
-    connection.close()
-    until(
-        reconnecting(lambda: Job.objects.completed().count() == len(jobs)),
-        90,
-        "the drain finished after the restart",
-    )
-    drained = time.monotonic() - restart_started
-    assert all(w.proc.poll() is None for w in workers.workers), "a worker exited"
-    assert workers.died == {}
-    assert not Job.objects.failed().exists()
-    assert {n: len(p) for n, p in runs(tmp_path / "ran").items()} == dict.fromkeys(
-        range(len(jobs)), 1
-    )
-    assert workers.stop() == [0, 0]
-    output = workers.output()
-    assert errors_in(output) == []
-    assert "database error during" in output or "heartbeat failed" in output
-    report(
-        jobs=len(jobs),
-        completed_when_restarted=at_restart,
-        worker_warnings=sum(" WARNING " in line for line in output.splitlines()),
-        restart_seconds=round(restarted, 1),
-        restart_to_drained_seconds=round(drained, 1),
-    )
+    drain_through_a_restart(tmp_path, pool, report, command, drain_timeout=90)
