@@ -82,12 +82,6 @@ MARIADB_FAULTS = (
 # Tests that do not pass on MariaDB yet, with why: each is a piece of issue 24 still to do (or
 # a test that reads another engine's query plans and needs MariaDB's). A prefix of node ids.
 MARIADB_PENDING = {
-    "tests/schedules/test_db_schedules_adversary.py::"
-    "test_two_workers_under_add_change_disable_enable_delete": (
-        "an every-second schedule's ticks stalled for 30 s after its siblings were disabled "
-        "and deleted (3 runs of 3 on a loaded machine, 0 of 1 quiet; passed at stop 32): "
-        "a lock wait to find (innodb_lock_wait_timeout is 50 s)"
-    ),
     "tests/schedules/test_schedules.py::test_a_worker_on_naive_local_time_enqueues_ticks": (
         "USE_TZ = False is refused on MariaDB (check E007)"
     ),
