@@ -1,12 +1,13 @@
 """Production-shaped tables: `benchmarks/run shapes`.
 
-    python shapes.py [--dbs sqlite,pg] [--quick] [--backlog 500000] [--future 500000]
+    python shapes.py [--dbs sqlite,pg,my] [--quick] [--backlog 500000] [--future 500000]
                      [--idle-future 1000000] [--drain 20000] [--burst 100000]
     python shapes.py one --db pg --shape backlog --size 500000 --drain 20000
 
 Each shape gets a fresh database (a new process), filled with set-based SQL (generate_series
-on PostgreSQL, a recursive CTE on SQLite), then ANALYZE (PostgreSQL: VACUUM ANALYZE, or
-autovacuum would catch up on the new rows during the timed drain) and a checkpoint:
+on PostgreSQL, a recursive CTE on SQLite, the sequence engine on MariaDB), then ANALYZE
+(PostgreSQL: VACUUM ANALYZE, or autovacuum would catch up on the new rows during the timed
+drain) and a checkpoint (none on MariaDB):
 
 - drain rows: one ``sqlq_worker --burst --max-jobs DRAIN -v 0`` serving 20 queues
   (``SQLQ["QUEUES"]`` = q00..q19) works through DRAIN jobs. The table holds DRAIN runnable
@@ -60,6 +61,17 @@ def fill(db, count, *, queue, status, future, mixed=False):
         queue_sql = f"'q' || lpad({spread}::text, 2, '0')" if queue is None else f"'{queue}'"
         values = {"payload": "jsonb_build_object('i', g)", "errors": "'[]'::jsonb"}
         source, prefix = "generate_series(1, %s) AS g", ""
+    elif db == "my":
+        # MariaDB's sequence engine (seq_1_to_N) numbers the rows; its datetimes are UTC.
+        ts = (
+            "(UTC_TIMESTAMP(6) + INTERVAL 1 DAY)"
+            if future
+            else "(UTC_TIMESTAMP(6) - INTERVAL 1 DAY)"
+        )
+        spread = "MOD(g, 19)" if mixed else f"((g - 1) * 19 DIV {int(count)})"
+        queue_sql = f"CONCAT('q', LPAD({spread}, 2, '0'))" if queue is None else f"'{queue}'"
+        values = {"payload": "JSON_OBJECT('i', g)", "errors": "'[]'"}
+        source, prefix = f"(SELECT seq AS g FROM seq_1_to_{int(count)}) AS c", ""
     else:
         ts = "datetime('now', '+1 day')" if future else "datetime('now', '-1 day')"
         spread = "g %% 19" if mixed else f"((g - 1) * 19 / {int(count)})"
@@ -79,7 +91,7 @@ def fill(db, count, *, queue, status, future, mixed=False):
         f"SELECT {', '.join(values[c] for c in columns)} FROM {source}"
     )
     with connection.cursor() as cur:
-        cur.execute(sql, [count])
+        cur.execute(sql, [count] if db != "my" else None)
 
 
 def settle(db):
@@ -91,6 +103,9 @@ def settle(db):
             # and autovacuum would otherwise catch up on it during the timed drain.
             cur.execute("VACUUM ANALYZE")
             cur.execute("CHECKPOINT")
+        elif db == "my":
+            cur.execute("ANALYZE TABLE sqlq_job")
+            cur.fetchall()
         else:
             cur.execute("ANALYZE")
             cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -120,7 +135,7 @@ def drain_rate(peer, db, status="completed"):
 
 
 def burst_rates(peer, db, window=10_000):
-    column = "completed_at" if db == "pg" else "julianday(completed_at) * 86400.0"
+    column = "completed_at" if db in ("pg", "my") else "julianday(completed_at) * 86400.0"
     rows = peer.sql(
         f"SELECT {column} FROM sqlq_job WHERE status = 'completed' ORDER BY completed_at"
     )
@@ -303,7 +318,7 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "one":
         ap = argparse.ArgumentParser()
         ap.add_argument("one")
-        ap.add_argument("--db", choices=["sqlite", "pg"], required=True)
+        ap.add_argument("--db", choices=["sqlite", "pg", "my"], required=True)
         ap.add_argument("--shape", required=True)
         ap.add_argument("--size", type=int, default=0)
         ap.add_argument("--drain", type=int, default=100_000)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connections
+from django.db import connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -305,9 +305,12 @@ def test_workers_prune_while_draining_and_never_touch_unfinished_jobs(tmp_path, 
     # Both registered (their SIGTERM handlers follow at once): on a loaded machine a worker
     # still starting up when the test stops them died of the signal instead (exit -15).
     wait_for(lambda: WorkerProcess.objects.filter(stopped_at=None).count() == 2, timeout=120)
-    # A pending job whose completed_at was left behind (say, a hand-made retry).
-    stale = enqueue("tests.record", {"n": -2, "path": str(log)})
-    Job.objects.filter(pk=stale.pk).update(completed_at=timezone.now() - old)
+    # A pending job whose completed_at was left behind (say, a hand-made retry): written so
+    # in one transaction, or a worker may run it before the old completed_at is set, which
+    # then makes it a completed job that is due for pruning.
+    with transaction.atomic():
+        stale = enqueue("tests.record", {"n": -2, "path": str(log)})
+        Job.objects.filter(pk=stale.pk).update(completed_at=timezone.now() - old)
     jobs = bulk_enqueue("tests.record", [{"n": i, "path": str(log)} for i in range(400)])
     wait_for(lambda: ran(log).total() >= 401, timeout=120)
 
