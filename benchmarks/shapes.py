@@ -70,7 +70,9 @@ def fill(db, count, *, queue, status, future, mixed=False):
         )
         spread = "MOD(g, 19)" if mixed else f"((g - 1) * 19 DIV {int(count)})"
         queue_sql = f"CONCAT('q', LPAD({spread}, 2, '0'))" if queue is None else f"'{queue}'"
-        values = {"payload": "JSON_OBJECT('i', g)", "errors": "'[]'"}
+        # uuid: no default in the column there (Django's char(32) hex).
+        values = {"payload": "JSON_OBJECT('i', g)", "errors": "'[]'",
+                  "uuid": "REPLACE(UUID(), '-', '')"}  # fmt: skip
         source, prefix = f"(SELECT seq AS g FROM seq_1_to_{int(count)}) AS c", ""
     else:
         ts = "datetime('now', '+1 day')" if future else "datetime('now', '-1 day')"

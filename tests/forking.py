@@ -33,6 +33,7 @@ class ForkServer:
     stopped at its end (:func:`pytest_unconfigure`)."""
 
     _started: ForkServer | None = None
+    forked = 0  # the processes the servers of this test run forked
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="sqlq-forkserver-"))
@@ -96,6 +97,7 @@ class ForkServer:
         """``python ARGV`` (``-m MODULE ...``, ``-c CODE ...``, ``SCRIPT ...``), forked."""
         with self._lock:
             self._count += 1
+            ForkServer.forked += 1
             status = self.dir / f"status-{self._count}"
         request = {
             "python": argv,
