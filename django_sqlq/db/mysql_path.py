@@ -179,6 +179,7 @@ class MySQLClaimOps(QueueOps):
         lease_seconds: float,  # noqa: ARG002
         now: datetime | None = None,
         caps: Mapping[str, int] | None = None,
+        probe: bool = False,
     ) -> tuple[str, dict[str, Any]]:
         """The claim's locking read, as :meth:`_claim_capped` runs it (tests EXPLAIN it):
         one arm per queue, each on the claim index (status, queue, priority DESC,
@@ -192,8 +193,12 @@ class MySQLClaimOps(QueueOps):
         planner took (status, scheduled_at) for one when few rows were pending) each held
         an entry of a row the other had claimed, whose UPDATE needs it: a deadlock
         (1213). Through one index, the claim that locks an entry first is the only one
-        that reaches its row."""
-        columns = ", ".join(ClaimedJob._fields)
+        that reaches its row.
+
+        ``probe``: the same arms reading ids only, locking nothing (the index holds them):
+        how many rows each queue has to give, so that the locking read takes no more."""
+        columns = "id" if probe else ", ".join(ClaimedJob._fields)
+        lock = "" if probe else " FOR UPDATE SKIP LOCKED"
         arms = []
         params: dict[str, Any] = {"now": self.clock(now)}
         for arm, queue in enumerate(queues):
@@ -205,8 +210,7 @@ class MySQLClaimOps(QueueOps):
                 f"SELECT {arm} AS arm, {columns} FROM {self.table} "
                 f"FORCE INDEX ({CLAIM_INDEX}) WHERE status = 'pending' "
                 f"AND queue = %(queue_{arm})s AND scheduled_at <= {server_now()} "
-                f"ORDER BY priority DESC, scheduled_at, id LIMIT {int(room)} "
-                "FOR UPDATE SKIP LOCKED"
+                f"ORDER BY priority DESC, scheduled_at, id LIMIT {int(room)}{lock}"
             )
         if len(arms) <= 1:
             return "".join(arms), params  # "": every queue is capped at 0
@@ -223,23 +227,40 @@ class MySQLClaimOps(QueueOps):
     ) -> list[ClaimedJob]:
         # One transaction: the locking read of every queue at once (one round trip however
         # many queues the worker serves), then one UPDATE by primary key. The rows are
-        # returned as read, one attempt more.
-        sql, params = self.claim_sql(
-            order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now,
-            caps=caps,
-        )  # fmt: skip
-        if not sql:
-            return []
+        # returned as read, one attempt more. Over several queues, a read of ids first
+        # (locking nothing) says how many rows each queue gives to the batch: each arm of
+        # the locking read reads and locks no more than its share, where it would take a
+        # whole batch (and with 20 queues holding work, lock 20 batches to keep one).
         with (
             transaction.atomic(using=self.connection.alias, savepoint=False),
             self.connection.cursor() as cursor,
         ):
+            shares = caps
+            if sum(1 for queue in order if caps.get(queue, limit) > 0) > 1:
+                shares = self._shares(cursor, order, caps, limit, now)
+            sql, params = self.claim_sql(
+                order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now,
+                caps=shares,
+            )  # fmt: skip
+            if not sql:
+                return []
             cursor.execute(sql, params)
+            found = {int(row[1]): row for row in cursor.fetchall()}
+            if shares is not caps and len(found) < sum(shares.values()):
+                # Rows the probe counted were being claimed by other workers, and the
+                # shares were spent on them: read every queue for its whole room, as
+                # without the probe (the rows locked above come back again: one each).
+                sql, params = self.claim_sql(
+                    order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds,
+                    now=now, caps=caps,
+                )  # fmt: skip
+                cursor.execute(sql, params)
+                found.update((int(row[1]), row) for row in cursor.fetchall())
             # The queues' order, then the claim index's within each (UNION ALL promises
             # no order of its own).
-            rows = sorted(
-                cursor.fetchall(), key=lambda row: (row[0], -row[8], str(row[9]), row[1])
-            )[:limit]
+            rows = sorted(found.values(), key=lambda row: (row[0], -row[8], str(row[9]), row[1]))[
+                :limit
+            ]
             if not rows:
                 return []
             now_sql = server_now()
@@ -257,6 +278,32 @@ class MySQLClaimOps(QueueOps):
         ]
         jobs.sort(key=lambda job: (-job.priority, str(job.scheduled_at), job.id))
         return jobs
+
+    def _shares(
+        self,
+        cursor: Any,
+        order: Sequence[str],
+        caps: Mapping[str, int],
+        limit: int,
+        now: datetime | None,
+    ) -> dict[str, int]:
+        """Each queue's share of the batch: its runnable rows (the probe), taken in the
+        queues' order until ``limit``. Rows other workers are claiming count too (a plain
+        read sees them pending); the locking read passes over them to the next ones."""
+        sql, params = self.claim_sql(
+            order, worker_id="", limit=limit, lease_seconds=0, now=now, caps=caps, probe=True
+        )
+        found: dict[int, int] = {}
+        if sql:
+            cursor.execute(sql, params)
+            for arm, _id in cursor.fetchall():
+                found[int(arm)] = found.get(int(arm), 0) + 1
+        shares: dict[str, int] = {}
+        left = limit
+        for arm, queue in enumerate(order):
+            shares[queue] = min(found.get(arm, 0), left)
+            left -= shares[queue]
+        return shares
 
     def epoch_sql(self) -> str:
         return f"(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {server_now()}) / 1000000.0)"
