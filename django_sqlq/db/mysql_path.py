@@ -212,6 +212,14 @@ class MySQLClaimOps(QueueOps):
                 f"AND queue = %(queue_{arm})s AND scheduled_at <= {server_now()} "
                 f"ORDER BY priority DESC, scheduled_at, id LIMIT {int(room)}{lock}"
             )
+        if probe and arms:
+            # An arm that reads nothing (an impossible WHERE) but names every column the
+            # claim reads: the probe fails as the claim would on a table that lacks one (a
+            # migration faked as applied; a --burst worker exits on that error).
+            arms.append(
+                f"SELECT -1 AS arm, id FROM {self.table} WHERE 1 = 0 AND "
+                f"CONCAT_WS('', {', '.join(ClaimedJob._fields)}) IS NULL"
+            )
         if len(arms) <= 1:
             return "".join(arms), params  # "": every queue is capped at 0
         return " UNION ALL ".join(f"({arm})" for arm in arms), params
@@ -237,7 +245,10 @@ class MySQLClaimOps(QueueOps):
         ):
             shares = caps
             if sum(1 for queue in order if caps.get(queue, limit) > 0) > 1:
-                shares = self._shares(cursor, order, caps, limit, now)
+                probed = self._shares(cursor, order, caps, limit, now)
+                if probed is None:
+                    return []  # nothing runnable: an idle worker's claim is one statement
+                shares = probed
             sql, params = self.claim_sql(
                 order, worker_id=worker_id, limit=limit, lease_seconds=lease_seconds, now=now,
                 caps=shares,
@@ -286,10 +297,11 @@ class MySQLClaimOps(QueueOps):
         caps: Mapping[str, int],
         limit: int,
         now: datetime | None,
-    ) -> dict[str, int]:
+    ) -> dict[str, int] | None:
         """Each queue's share of the batch: its runnable rows (the probe), taken in the
-        queues' order until ``limit``. Rows other workers are claiming count too (a plain
-        read sees them pending); the locking read passes over them to the next ones."""
+        queues' order until ``limit``; None when no queue has any. Rows other workers are
+        claiming count too (a plain read sees them pending); the locking read passes over
+        them to the next ones."""
         sql, params = self.claim_sql(
             order, worker_id="", limit=limit, lease_seconds=0, now=now, caps=caps, probe=True
         )
@@ -298,6 +310,8 @@ class MySQLClaimOps(QueueOps):
             cursor.execute(sql, params)
             for arm, _id in cursor.fetchall():
                 found[int(arm)] = found.get(int(arm), 0) + 1
+        if not found:
+            return None
         shares: dict[str, int] = {}
         left = limit
         for arm, queue in enumerate(order):

@@ -567,7 +567,10 @@ def test_operators_cancel_running_chain_steps_while_3_workers_complete_them(
     wlog = tmp_path / "waiters"
     started = workers(spawn_worker, 3)
     firsts = [
-        enqueue("wf.step", {"path": str(log), "n": 0, "of": 10, "sleep": 0.05, "c": c})
+        # Steps of 0.3 s: long enough for the loop below to find some running however fast
+        # the workers and however slow the loop on a loaded machine (at 0.05 s, once in CI,
+        # every cancel came after its step had finished).
+        enqueue("wf.step", {"path": str(log), "n": 0, "of": 10, "sleep": 0.3, "c": c})
         for c in range(12)
     ]
     waiters = {
