@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -75,6 +76,7 @@ class ForkServer:
             server.proc.send_signal(signal.SIGTERM)
             server.proc.wait(10)
             server._log.close()
+            shutil.rmtree(server.dir, ignore_errors=True)  # its socket, log, status files
 
     def can_fork(self, argv: list[str], env: dict[str, str]) -> bool:
         """What a fork gives as an exec would: not ``--reload`` (which execs the interpreter

@@ -1,24 +1,25 @@
-"""A fork server for the tests' ``sqlq_worker`` processes.
+"""A fork server for the processes the tests start: ``sqlq_worker`` and other ``manage.py``
+commands (``python -m MODULE``, ``python SCRIPT``, ``python -c CODE``).
 
-Each worker a test starts is a real process of its own (its own connections, signals, exit
-status; kill -9 kills it), running ``python -m django sqlq_worker ...`` as a user's does.
-What it skips is the interpreter importing Django again: about 0.6 s of CPU a start on these
-machines (0.9 s with coverage), and the process tiers start workers by the thousand on 2
-cores. This server imports Django's modules once (never a settings module, never
-django_sqlq nor the tests' code: those load in each worker, from its own environment), then
-forks a child per request that becomes the worker: its environment, working directory,
-``sys.path`` and standard streams set as a fresh interpreter's would be, then Django's
-``__main__`` run as ``-m django`` runs it, then the interpreter's exit (non-daemon threads
-joined, atexit handlers) with the command's status.
+Each is a real process of its own (its own connections, signals, exit status; kill -9 kills
+it), running the command as a user's does. What it skips is the interpreter importing Django
+again: about 0.6 s of CPU a start on these machines (0.9 s with coverage), and the process
+tiers start hundreds of them on 2 cores. This server imports Django's modules once (never a
+settings module, never django_sqlq nor the tests' code: those load in each child, from its
+own environment), then forks a child per request: its environment, working directory,
+``sys.path`` and standard streams set as a fresh interpreter's would be, then the module,
+script or code run as the interpreter runs it, then the interpreter's exit (non-daemon
+threads joined, atexit handlers) with the command's status.
 
-What a fork cannot give is left to a real exec (``tests.conftest.WorkerProcess`` decides):
-``--reload`` (the reloader re-executes the interpreter), or an environment whose ``PYTHON*``
-variables (other than PYTHONPATH) differ from the server's, which the interpreter reads only
-at start. ``SQLQ_TEST_FORKSERVER=0`` execs every worker.
+What a fork cannot give is left to a real exec (``tests.forking.ForkServer.can_fork``
+decides): ``--reload`` (the reloader re-executes the interpreter), interpreter options, or an
+environment whose ``PYTHON*`` variables (other than PYTHONPATH) differ from the server's,
+which the interpreter reads only at start. ``SQLQ_TEST_FORKSERVER=0`` execs every one.
 
-The protocol, over a Unix socket: one JSON request per connection (argv, env, cwd, log, status
-paths), answered with the child's pid. The server reaps its children and writes each one's
-exit status (``Popen.returncode``'s convention: minus the signal's number when a signal
+The protocol, over a Unix socket: one JSON request per connection (the interpreter's
+arguments, the environment, the working directory, the paths of the standard streams and of
+a status file), answered with the child's pid. The server reaps its children and writes each
+one's exit status (``Popen.returncode``'s convention: minus the signal's number when a signal
 killed it) and the ``time.monotonic()`` of its exit to the request's status file.
 """
 
