@@ -14,19 +14,17 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _wait_until(condition: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the fork server did not start within {timeout}s")
-        time.sleep(0.02)
+def _wait_for(condition: Callable[[], object], timeout: float, interval: float = 0.02) -> None:
+    """tests.conftest.wait_for (imported here: tests.conftest imports this module)."""
+    from tests.conftest import wait_for
+
+    wait_for(condition, timeout, interval)
 
 
 class ForkServer:
@@ -52,7 +50,7 @@ class ForkServer:
         )
         self._count = 0
         self._lock = threading.Lock()
-        _wait_until(lambda: self._alive() and os.path.exists(self.socket), 30)
+        _wait_for(lambda: self._alive() and os.path.exists(self.socket), 30)
 
     def _alive(self) -> bool:
         if self.proc.poll() is not None:
@@ -200,11 +198,11 @@ class ForkedProcess:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
-            time.sleep(0.002)
+        try:
+            # Its exit is read from the status file the server writes when it reaps it.
+            _wait_for(lambda: self.poll() is not None, timeout or 24 * 3600, interval=0.002)
+        except AssertionError:
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0) from None
         assert self.returncode is not None
         return self.returncode
 
