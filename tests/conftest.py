@@ -182,7 +182,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(
         f"CPU: this process {own.ru_utime + own.ru_stime:.0f} s, "
         f"the processes it started {children.ru_utime + children.ru_stime:.0f} s "
-        f"({ForkServer.forked} forked by the fork server)"
+        f"({ForkServer.forked} forked by the fork server; its zygotes: "
+        f"{ForkServer.zygotes or 'none'})"
     )
 
 

@@ -16,6 +16,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, overload
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +34,7 @@ class ForkServer:
 
     _started: ForkServer | None = None
     forked = 0  # the processes the servers of this test run forked
+    zygotes = ""  # what the last one stopped said of its zygotes (tests/forkserver.py)
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="sqlq-forkserver-"))
@@ -72,8 +74,11 @@ class ForkServer:
         server, cls._started = cls._started, None
         if server is not None:
             server.proc.send_signal(signal.SIGTERM)
-            server.proc.wait(10)
+            server.proc.wait(20)  # its zygotes wait up to 8 s for their processes
             server._log.close()
+            log = (server.dir / "server.log").read_text(errors="replace")
+            said = [line for line in log.splitlines() if line.startswith("zygotes: ")]
+            cls.zygotes = said[-1].removeprefix("zygotes: ") if said else ""
             shutil.rmtree(server.dir, ignore_errors=True)  # its socket, log, status files
 
     def can_fork(self, argv: list[str], env: dict[str, str]) -> bool:
@@ -126,16 +131,40 @@ def forking() -> ForkServer | None:
     return ForkServer.get() if os.environ.get("SQLQ_TEST_FORKSERVER", "1") != "0" else None
 
 
+@overload
+def run_python(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | str = ...,
+    input: str | None = ...,
+    timeout: float = ...,
+) -> subprocess.CompletedProcess[str]: ...
+
+
+@overload
+def run_python(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | str = ...,
+    input: bytes,
+    timeout: float = ...,
+) -> subprocess.CompletedProcess[bytes]: ...
+
+
 def run_python(
     argv: list[str],
     *,
     env: dict[str, str],
     cwd: Path | str = ROOT,
-    input: str | None = None,
+    input: str | bytes | None = None,
     timeout: float = 60,
-) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run([sys.executable, *argv], capture_output=True, text=True, ...)``, the
-    process forked by the fork server where it can be (tests/forkserver.py)."""
+) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run([sys.executable, *argv], capture_output=True, ...)``, the process
+    forked by the fork server where it can be (tests/forkserver.py). Text in and out, or
+    bytes when ``input`` is bytes."""
+    text = not isinstance(input, bytes)
     server = forking()
     if server is None or not server.can_fork(argv, env):
         return subprocess.run(
@@ -144,7 +173,7 @@ def run_python(
             env=env,
             input=input,
             capture_output=True,
-            text=True,
+            text=text,
             timeout=timeout,
             check=False,
         )
@@ -153,7 +182,7 @@ def run_python(
         stdin = None
         if input is not None:
             stdin = files / "stdin"
-            stdin.write_text(input)
+            stdin.write_bytes(input if isinstance(input, bytes) else input.encode())
         (files / "stdout").touch()
         (files / "stderr").touch()
         proc = server.spawn(
@@ -170,12 +199,15 @@ def run_python(
             proc.kill()
             proc.wait(10)
             raise subprocess.TimeoutExpired([sys.executable, *argv], timeout) from None
-        return subprocess.CompletedProcess(
-            [sys.executable, *argv],
-            code,
-            (files / "stdout").read_text(errors="replace"),
-            (files / "stderr").read_text(errors="replace"),
-        )
+        out, err = (files / "stdout").read_bytes(), (files / "stderr").read_bytes()
+        if text:
+            return subprocess.CompletedProcess(
+                [sys.executable, *argv],
+                code,
+                out.decode(errors="replace"),
+                err.decode(errors="replace"),
+            )
+        return subprocess.CompletedProcess([sys.executable, *argv], code, out, err)
 
 
 class ForkedProcess:

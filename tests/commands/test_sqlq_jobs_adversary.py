@@ -6,7 +6,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ from django.utils import timezone
 from django_sqlq import enqueue
 from django_sqlq.models import Job, JobStatus
 from tests.conftest import ROOT, wait_for
+from tests.forking import run_python
 
 LIST_FIELDS = {
     "id", "type", "queue", "status", "priority", "attempts", "max_attempts",
@@ -57,10 +57,7 @@ def cli(
     )
     full.pop("PYTEST_CURRENT_TEST", None)
     full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "django", "sqlq_jobs", *args],
-        cwd=ROOT, input=stdin, capture_output=True, env=full, timeout=60,
-    )  # fmt: skip
+    return run_python(["-m", "django", "sqlq_jobs", *args], env=full, input=stdin)
 
 
 def make(status: str, **fields: Any) -> Job:
