@@ -56,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_INTERVAL": 60.0,
     "CHECK_TYPES": True,
     "EVENT_RETENTION": 30 * 86400,
+    "WAKE_CHECK_INTERVAL": None,
 }
 
 #: The statuses ``KEEP_FINISHED`` may name: those of finished jobs, the only ones pruned.
@@ -93,6 +94,9 @@ class Settings:
     CHECK_TYPES: bool = True
     #: Seconds an emitted event is kept for a waiter that comes later (None: for ever).
     EVENT_RETENTION: float | None = 30 * 86400
+    #: Seconds between an idle worker's checks for other connections' commits, on the
+    #: engines that check (SQLite, MariaDB); None: the engine's own (2 ms, 10 ms).
+    WAKE_CHECK_INTERVAL: float | None = None
 
     @property
     def prunes(self) -> bool:
@@ -331,4 +335,9 @@ def _read(user: Any) -> Settings:
         EVENT_RETENTION=None
         if merged["EVENT_RETENTION"] is None
         else _number("EVENT_RETENTION", merged["EVENT_RETENTION"], minimum=0, maximum=MAX_DELAY),
+        WAKE_CHECK_INTERVAL=None
+        if merged["WAKE_CHECK_INTERVAL"] is None
+        else _number(
+            "WAKE_CHECK_INTERVAL", merged["WAKE_CHECK_INTERVAL"], minimum=0.001, maximum=60
+        ),
     )

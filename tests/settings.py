@@ -125,6 +125,12 @@ SQLQ = {
     # Worker processes of the queue-limit tests get theirs as JSON
     # (tests/control/test_queue_control.py).
     "QUEUE_LIMITS": json.loads(os.environ.get("SQLQ_TEST_QUEUE_LIMITS", "{}")),
+    # An idle worker checks for other connections' commits every 20 ms here (SQLite's own
+    # pace is 2 ms, MariaDB's 10 ms): the suite starts hundreds of workers that mostly wait,
+    # on 2 cores. SQLQ_TEST_WAKE_CHECK_INTERVAL="" gives the engine's own
+    # (tests/worker/test_processes.py runs both).
+    "WAKE_CHECK_INTERVAL": float(os.environ.get("SQLQ_TEST_WAKE_CHECK_INTERVAL", "0.02") or 0)
+    or None,
 }
 # Worker processes of the retention tests prune often, with their own KEEP_FINISHED (JSON).
 if os.environ.get("SQLQ_TEST_KEEP_FINISHED"):

@@ -171,6 +171,7 @@ def test_queue_names_no_engine_can_store_are_refused(queue):
         ("RETRY_BACKOFF_MAX", 0, MAX_DELAY_SECONDS),
         ("KEEP_FINISHED", 0, MAX_DELAY_SECONDS),
         ("MAX_ATTEMPTS", 1, 2**31 - 1),
+        ("WAKE_CHECK_INTERVAL", 0.001, 60),
     ],
 )
 def test_duration_settings_at_and_past_their_bounds(key, low, high):

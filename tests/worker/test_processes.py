@@ -215,6 +215,20 @@ def test_a_job_that_comes_due_while_the_worker_sleeps_starts_without_a_poll(spaw
     assert done.attempts == 1
 
 
+@pytest.mark.parametrize("check", ["", "0.2"], ids=["engine-default", "0.2s"])
+def test_a_new_job_wakes_an_idle_worker_between_its_polls(spawn_worker, check):
+    """An idle worker learns of a committed job from its change check (SQLite, MariaDB) or a
+    NOTIFY (PostgreSQL), at the engine's pace or at ``WAKE_CHECK_INTERVAL``'s, not at its
+    next poll (a minute away here)."""
+    worker = spawn_worker(
+        "--poll-interval", "60", "-v", "0", env={"SQLQ_TEST_WAKE_CHECK_INTERVAL": check}
+    )
+    worker.wait_ready()
+    for _ in range(3):  # each after the worker has gone idle again
+        job = enqueue("tests.noop")
+        wait_for(lambda job=job: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, 30)
+
+
 def test_a_burst_worker_exits_once_its_work_is_written_whatever_its_poll_interval(
     spawn_worker,
 ):

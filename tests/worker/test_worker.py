@@ -312,3 +312,21 @@ def test_a_job_stored_under_a_handler_dotted_path_runs():
     run_burst()
     job.refresh_from_db()
     assert (job.status, job.result) == (JobStatus.COMPLETED, 4)
+
+
+@pytest.mark.parametrize(("setting", "poll"), [(None, 1.0), (0.25, 1.0), (0.25, 0.1)])
+def test_wake_check_interval_sets_an_idle_workers_change_checks(settings, engine, setting, poll):
+    """``WAKE_CHECK_INTERVAL``: how often an idle worker checks for other connections'
+    commits where the engine has no notifications (SQLite every 2 ms, MariaDB every 10 ms
+    by default), never less often than it polls; PostgreSQL waits on LISTEN instead."""
+    from django_sqlq.db import ops_for
+    from django_sqlq.worker.changes import ChangeWatch
+
+    settings.SQLQ = {**settings.SQLQ, "WAKE_CHECK_INTERVAL": setting}
+    worker = Worker(queues=["default"], poll_interval=poll)
+    if engine == "postgresql":
+        assert ops_for(worker.context.database).change_check_interval(poll) == poll
+        return
+    watch = ChangeWatch(worker.context)
+    default = {"sqlite": 0.002, "mysql": 0.01}[engine]
+    assert watch.interval == (default if setting is None else min(setting, poll))
