@@ -50,37 +50,8 @@ PROCESS_MODULES = (
 )
 
 
-# MariaDB (issue 24, in progress): the tests that start real processes run there from these
-# folders so far; the others' processes have not been tried on it yet (SQLQ_TEST_MARIADB_TRY=
-# workflows,steps runs those folders' too, to try them; SQLQ_TEST_MARIADB_TRY=faults, the
-# whole fault suite).
-MARIADB_PROCESS_DIRS = (
-    "worker",
-    "enqueue",
-    "control",
-    "workflows",
-    "steps",
-    "retention",
-    "schedules",
-    "tasks_backend",
-    "commands",
-    "db",
-    "observability",
-    "docs",
-)
-
-# The fault suite's tests that run on MariaDB so far (a prefix of node ids each).
-MARIADB_FAULTS = (
-    "tests/faults/test_handlers.py::test_a_handler_that_leaves_its_connection_open",
-    "tests/faults/test_handlers.py::test_after_a_transaction_left_open_the_worker_still_stops",
-    "tests/faults/test_kill_storm.py",  # kill -9 of workers, again and again
-    "tests/faults/test_contention.py",  # every writer blocked (LOCK TABLES), then let go
-    "tests/faults/test_mariadb.py",  # the server restarted mid-drain
-    # (The rest passes too, SQLQ_TEST_MARIADB_TRY=faults; not in CI's time budget.)
-)
-
-# Tests that do not pass on MariaDB yet, with why: each is a piece of issue 24 still to do (or
-# a test that reads another engine's query plans and needs MariaDB's). A prefix of node ids.
+# Tests that do not run on MariaDB, with why (docs/reference/mariadb.md): a setting it refuses
+# by design, a limit of the server's configuration. A prefix of node ids.
 MARIADB_PENDING = {
     "tests/schedules/test_schedules.py::test_a_worker_on_naive_local_time_enqueues_ticks": (
         "USE_TZ = False is refused on MariaDB (check E007)"
@@ -116,24 +87,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if in_process:
             item.add_marker(processes)
         if mariadb:
-            _mark_mariadb_pending(item, bool(in_process))
+            _mark_mariadb_pending(item)
 
 
-def _mark_mariadb_pending(item: pytest.Item, in_process: bool) -> None:
-    """Skip, on MariaDB, what issue 24 has not brought there yet (and say what)."""
+def _mark_mariadb_pending(item: pytest.Item) -> None:
+    """Skip, on MariaDB, what does not run there (MARIADB_PENDING, and say why). Every other
+    test runs there, the process tier and the fault suite included."""
     for prefix, why in MARIADB_PENDING.items():
         if item.nodeid.startswith(prefix):
             item.add_marker(pytest.mark.skip(reason=f"MariaDB, pending: {why}"))
             return
-    tried = MARIADB_PROCESS_DIRS + tuple(os.environ.get("SQLQ_TEST_MARIADB_TRY", "").split(","))
-    if item.get_closest_marker("faults") is not None:
-        # SQLQ_TEST_MARIADB_TRY=faults tries the whole suite.
-        if not item.nodeid.startswith(MARIADB_FAULTS) and "faults" not in tried:
-            item.add_marker(pytest.mark.skip(reason="MariaDB: fault not tried here yet"))
-        return
-    parts = item.nodeid.split("/")
-    if in_process and (len(parts) < 3 or parts[1] not in tried):
-        item.add_marker(pytest.mark.skip(reason="MariaDB: processes not tried here yet"))
 
 
 class _Shard:
