@@ -148,6 +148,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         f"({ForkServer.forked} forked by the fork server; its zygotes: "
         f"{ForkServer.zygotes or 'none'})"
     )
+    for refusal in ForkServer.refusals:
+        terminalreporter.write_line(f"fork server: {refusal[:300]}")
 
 
 def _flush_postgresql_with_delete() -> None:

@@ -35,6 +35,7 @@ class ForkServer:
     _started: ForkServer | None = None
     forked = 0  # the processes the servers of this test run forked
     zygotes = ""  # what the last one stopped said of its zygotes (tests/forkserver.py)
+    refusals: list[str] = []  # and why it refused any
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="sqlq-forkserver-"))
@@ -79,6 +80,8 @@ class ForkServer:
             log = (server.dir / "server.log").read_text(errors="replace")
             said = [line for line in log.splitlines() if line.startswith("zygotes: ")]
             cls.zygotes = said[-1].removeprefix("zygotes: ") if said else ""
+            # Why a zygote was refused (its setup printed, raised or started a thread).
+            cls.refusals = [line for line in log.splitlines() if " refused (" in line]
             shutil.rmtree(server.dir, ignore_errors=True)  # its socket, log, status files
 
     def can_fork(self, argv: list[str], env: dict[str, str]) -> bool:

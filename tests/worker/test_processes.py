@@ -225,8 +225,8 @@ def test_a_new_job_wakes_an_idle_worker_between_its_polls(spawn_worker, check):
     )
     worker.wait_ready()
     for _ in range(3):  # each after the worker has gone idle again
-        job = enqueue("tests.noop")
-        wait_for(lambda job=job: Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED, 30)
+        pk = enqueue("tests.noop").pk
+        wait_for(lambda: Job.objects.get(pk=pk).status == JobStatus.COMPLETED, 30)  # noqa: B023
 
 
 def test_a_burst_worker_exits_once_its_work_is_written_whatever_its_poll_interval(
