@@ -73,19 +73,23 @@ def _tasks_backends() -> list[SQLQBackend]:
 def _set_paused(name: str, paused: bool, database: str | None) -> bool:
     validation.check_name("queue name", name, max_length=100)
     alias = database or get_settings().DATABASE
+    rows = Queue.objects.using(alias).filter(name=name)
+
+    def update() -> int:
+        return rows.exclude(paused=paused).update(
+            paused=paused, paused_at=timezone.now() if paused else None, updated_at=timezone.now()
+        )
+
     with transaction.atomic(using=alias):
         ops = ops_for(alias)
-        ops.ensure_queue_rows([name])
-        changed = (
-            Queue.objects.using(alias)
-            .filter(name=name)
-            .exclude(paused=paused)
-            .update(
-                paused=paused,
-                paused_at=timezone.now() if paused else None,
-                updated_at=timezone.now(),
-            )
-        )
+        # The UPDATE first: it locks the queue's row for writing at once. Writing the row
+        # first (ensure_queue_rows) took a shared lock on it where it exists (MariaDB's
+        # INSERT IGNORE of a duplicate), and a worker's claim waiting to lock that row for
+        # its limits then deadlocked with this UPDATE (error 1213).
+        changed = update()
+        if not changed and not rows.exists():  # a queue with no row yet
+            ops.ensure_queue_rows([name])
+            changed = update()
         # Workers of this queue (and those serving every queue) wake on commit and read
         # the paused queues at once (PostgreSQL; elsewhere within a second).
         ops.notify([name])

@@ -423,3 +423,32 @@ def test_sqlq_queue_status_names_and_aliases() -> None:
         call_command("sqlq_queue", "status", "emails", "nowhere", stdout=io.StringIO())
     with pytest.raises(CommandError, match="Unknown database alias"):
         call_command("sqlq_queue", "status", "--database", "nope")
+
+
+def test_pausing_and_resuming_limited_queues_beside_claiming_workers_never_deadlocks(
+    spawn_worker: Spawn,
+) -> None:
+    """An operator pauses and resumes queues with limits while workers claim from them. On
+    MariaDB the pause read the queue's row with a shared lock (the insert of a row that
+    exists) before updating it, and a claim waiting to lock that row for its limits made
+    the two deadlock (error 1213): the pause raised, the workers logged it (found by an
+    adversary: 13 of 115 pause/resume pairs failed)."""
+    queues = ["default", "emails", "reports"]
+    limits = json.dumps({"emails": {"concurrency": 2}, "reports": {"rate": "50/s"}})
+    env = {"SQLQ_TEST_QUEUE_LIMITS": limits}
+    for queue in queues:
+        bulk_enqueue("tests.noop", [{} for _ in range(400)], queue=queue)
+    workers = [spawn_worker("--concurrency", "4", env=env) for _ in range(3)]
+    for worker in workers:
+        worker.wait_ready()
+    turns = 0
+    while Job.objects.exclude(status=JobStatus.COMPLETED).exists() and turns < 300:
+        for queue in ("emails", "reports"):
+            pause_queue(queue)  # raised OperationalError 1213 on MariaDB
+            resume_queue(queue)
+        turns += 1
+    assert turns >= 5, "the workers drained before the operator got going"
+    wait_for(lambda: not Job.objects.exclude(status=JobStatus.COMPLETED).exists(), 60)
+    assert Job.objects.filter(attempts=1).count() == 1200
+    for worker in workers:
+        assert "Deadlock" not in worker.output(), worker.output()[-2000:]

@@ -80,7 +80,8 @@ class Command(SQLQCommand):
             raise CommandError(str(exc), returncode=2) from exc
         except DatabaseError as exc:
             raise CommandError(
-                f"Could not reach the queue database ({exc}); has `migrate` been run?"
+                f"The queue database refused it ({exc}); if django_sqlq's tables are "
+                "missing, run `migrate`."
             ) from exc
 
     def _refuse_unknown(self, names: list[str], alias: str, action: str) -> None:
