@@ -42,6 +42,12 @@ class ForkServer:
         self.socket = str(self.dir / "socket")
         self.env = {**os.environ, "PYTHONPATH": _with_root(os.environ.get("PYTHONPATH", ""))}
         self.env.pop("PYTEST_CURRENT_TEST", None)
+        if os.environ.get("SQLQ_TEST_COVERAGE_WORKERS", "1") == "0":
+            # Its processes unmeasured (scripts/test: the runs of the engines other than the
+            # first, whose worker processes run the lines the first engine's measure):
+            # coverage doubled a forked worker's CPU.
+            for name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
+                self.env.pop(name, None)
         self._log = (self.dir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.forkserver", self.socket],
