@@ -51,6 +51,10 @@ import types
 from pathlib import Path
 from typing import Any
 
+# Held while a process is forked, until the child has its own handlers: SIGCHLD (the child
+# is recorded before it is reaped) and SIGTERM (the server's handler stops the server).
+HELD = {signal.SIGCHLD, signal.SIGTERM}
+
 # Imported once here: what every worker imports before its settings (django.setup(), the
 # admin, the database drivers). None of them reads a setting at import.
 PRELOAD = (
@@ -80,8 +84,11 @@ def main(path: str) -> None:
     children: dict[int, str] = {}
     signal.signal(signal.SIGCHLD, _reaper(children))
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    # Bound under another name, renamed once it listens: the client waits for the socket's
+    # path, and a connect between bind() and listen() is refused.
+    server.bind(f"{path}.binding")
     server.listen(16)
+    os.rename(f"{path}.binding", path)
     zygotes = _Zygotes(os.path.dirname(path), base_path)
 
     def stop(*_: Any) -> None:
@@ -117,14 +124,14 @@ def _fork(
     sys.stdout.flush()
     sys.stderr.flush()
     # SIGCHLD held while the pid is recorded: a child that dies at once is reaped after.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     pid = os.fork()
     if pid == 0:
         for sock in close:
             sock.close()
         _become_worker(request, base_path, settled=settled)  # never returns
     children[pid] = request["status"]
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     return pid
 
 
@@ -216,14 +223,14 @@ class _Zygotes:
         read, write = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
         pid = os.fork()
         if pid == 0:
             for sock in close:
                 sock.close()
             os.close(read)
             _zygote(request, self.base_path, path, write)  # never returns
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
         os.close(write)
         with os.fdopen(read, "rb") as answer_fh:
             ready, _, _ = select.select([answer_fh], [], [], 120)
@@ -268,7 +275,7 @@ def _zygote(request: dict[str, Any], base_path: list[str], path: str, ready_fd: 
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
         os.environ.clear()
         os.environ.update(request["env"])
         own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -289,7 +296,8 @@ def _zygote(request: dict[str, Any], base_path: list[str], path: str, ready_fd: 
 
         get_commands()
         importlib.import_module("django_sqlq.management.commands.sqlq_worker")
-        importlib.import_module(settings.ROOT_URLCONF)
+        if getattr(settings, "ROOT_URLCONF", None):
+            importlib.import_module(settings.ROOT_URLCONF)
         importlib.import_module("django_sqlq.metrics")
         importlib.import_module("django_sqlq.registry").autodiscover()
         sys.stdout.flush()
@@ -362,9 +370,11 @@ def _become_worker(request: dict[str, Any], base_path: list[str], *, settled: bo
     and stream objects (which its logging writes to) are the request's already."""
     code = 1
     try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        # The handlers of the server (or zygote) first, then the signals held across the
+        # fork: a SIGTERM sent at once kills this process as it would a fresh one.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
         if not settled:
             os.chdir(request["cwd"])
             os.environ.clear()
