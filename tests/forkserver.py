@@ -121,17 +121,25 @@ def _fork(
     settled: bool = False,
 ) -> int:
     """Fork the request's process; record where its exit status goes."""
+    pid = _fork_holding(close)
+    if pid == 0:
+        _become_worker(request, base_path, settled=settled)  # never returns
+    children[pid] = request["status"]
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+    return pid
+
+
+def _fork_holding(close: tuple[socket.socket, ...]) -> int:
+    """``os.fork()`` with HELD blocked, which the parent unblocks once it has recorded the
+    child (a child that dies at once is reaped after) and the child once it has its own
+    handlers; in the child, the sockets of ``close`` closed."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # SIGCHLD held while the pid is recorded: a child that dies at once is reaped after.
     signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     pid = os.fork()
     if pid == 0:
         for sock in close:
             sock.close()
-        _become_worker(request, base_path, settled=settled)  # never returns
-    children[pid] = request["status"]
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     return pid
 
 
@@ -221,13 +229,8 @@ class _Zygotes:
         self.made += 1
         path = os.path.join(self.folder, f"zygote-{self.made}")
         read, write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
-        pid = os.fork()
+        pid = _fork_holding(close)
         if pid == 0:
-            for sock in close:
-                sock.close()
             os.close(read)
             _zygote(request, self.base_path, path, write)  # never returns
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
@@ -260,12 +263,17 @@ class _Zygotes:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         deadline = time.monotonic() + 8
         for pid in pids:
-            while time.monotonic() < deadline:
-                with contextlib.suppress(ChildProcessError):
-                    if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                        time.sleep(0.01)
-                        continue
-                break
+            # Its exit, or the deadline: a pidfd becomes readable when the process ends.
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:  # reaped already
+                continue
+            try:
+                select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+            finally:
+                os.close(pidfd)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def _zygote(request: dict[str, Any], base_path: list[str], path: str, ready_fd: int) -> None:
