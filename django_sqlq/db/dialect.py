@@ -35,6 +35,16 @@ def literals(values: Sequence[str]) -> str:
     return ", ".join(f"'{value}'" for value in values)
 
 
+def any_status_sql(values: Sequence[str]) -> str:
+    """``(status = 'a' OR status = 'b' OR ...)``: the condition of the jobs table's partial
+    indexes and status check over several statuses, word for word as their migration (0018)
+    wrote it, for statements that must repeat it (SQLite's planner and its upsert match a
+    partial index by the condition's very expression). Not ``status IN (...)``: SQLite
+    evaluates an IN list of more than two literals through a temporary b-tree, a look-up at
+    every row an UPDATE changes, for every such index and check (see ``Job.Meta``)."""
+    return "(" + " OR ".join(f"status = '{value}'" for value in values) + ")"
+
+
 def named_in_list(column: str, values: Sequence[Any], name: str) -> tuple[str, dict[str, Any]]:
     """``column IN (%(name_0)s, %(name_1)s, ...)`` and its parameters: one per value."""
     params = {f"{name}_{index}": value for index, value in enumerate(values)}

@@ -14,13 +14,13 @@ from django.utils.dateparse import parse_datetime
 
 from django_sqlq import statuses
 from django_sqlq.db.columns import FIELD_COLUMNS, INSERT_COLUMNS, JOB_COLUMNS, New
-from django_sqlq.db.dialect import Dialect, literals
+from django_sqlq.db.dialect import Dialect, any_status_sql, literals
 
 #: The conflict target of a unique enqueue: the columns and the condition of the partial
 #: unique index ``sqlq_job_unique_key_live`` (``Job.Meta.constraints``), as its migration
 #: wrote it, so that both engines infer that index from it.
 UNIQUE_LIVE_SQL = (
-    f"(unique_key) WHERE (status IN ({literals(statuses.LIVE)}) AND unique_key IS NOT NULL)"
+    f"(unique_key) WHERE (unique_key IS NOT NULL AND {any_status_sql(statuses.LIVE)})"
 )
 #: Finished jobs of the key ``%(unique_key)s`` that finished after ``{since}``: the jobs
 #: ``unique_for`` covers (completed, failed or cancelled, by ``completed_at``).

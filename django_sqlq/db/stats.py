@@ -17,12 +17,13 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr, TruncMinute
 
 from django_sqlq import statuses
+from django_sqlq.db.dialect import any_status_sql
 
 #: The condition of ``sqlq_job_finished_idx``, word for word as its migration wrote it
 #: (the pruner's statements repeat it too): SQLite's planner uses a partial index only for a
 #: query whose WHERE clause holds the index's condition itself, with literals, not
-#: parameters; PostgreSQL proves it from ``status IN (...)`` either way.
-FINISHED_SQL = "status IN ({})".format(", ".join(f"'{status}'" for status in statuses.FINISHED))
+#: parameters; PostgreSQL proves it either way.
+FINISHED_SQL = any_status_sql(statuses.FINISHED)
 
 
 def finished() -> RawSQL:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django_sqlq import statuses
-from django_sqlq.db.dialect import Dialect, literals
+from django_sqlq.db.dialect import Dialect, any_status_sql
 
 
 class UpkeepOps(Dialect):
@@ -98,7 +98,7 @@ class UpkeepOps(Dialect):
         if status not in statuses.FINISHED:  # a literal in the SQL: never anything else
             raise ValueError(f"only finished jobs are pruned, not {status!r}")
         where = (
-            f"status = '{status}' AND status IN ({literals(statuses.FINISHED)}) "
+            f"status = '{status}' AND {any_status_sql(statuses.FINISHED)} "
             f"AND completed_at < {self.later_sql('back')}"
         )
         params: dict[str, Any] = {}

@@ -37,6 +37,19 @@ class JobStatus(models.TextChoices):
 FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
+def any_status(values: tuple[str, ...]) -> Q:
+    """``status = a OR status = b OR ...``, the condition of an index or a check over several
+    statuses (``django_sqlq.db.dialect.any_status_sql`` is its SQL). Not ``status__in``:
+    SQLite evaluates an IN list of more than two literals through a temporary b-tree, one
+    look-up at every row an UPDATE changes, for each index and check that names ``status``,
+    even where the row enters none of them: with two indexes and the check written that way,
+    a third of the SQL time of a plain claim and completion (migration 0018)."""
+    condition = Q(status=values[0])
+    for value in values[1:]:
+        condition |= Q(status=value)
+    return condition
+
+
 class DependencyPolicy(models.TextChoices):
     """What a blocked job does when a job it depends on fails for good or is cancelled
     (``enqueue(..., depends_on=..., on_dependency_failure=...)``)."""
@@ -278,7 +291,7 @@ class Job(models.Model):
             models.Index(
                 fields=["status", "completed_at"],
                 name="sqlq_job_finished_idx",
-                condition=Q(status__in=statuses.FINISHED),
+                condition=any_status(statuses.FINISHED),
             ),
             # A key's jobs, finished ones too: holder_sql() (the job that holds a key) and
             # unique_for's look among recently finished ones. Partial: jobs without a key
@@ -298,8 +311,9 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            # Every UPDATE that changes a status evaluates it (see any_status()).
             models.CheckConstraint(
-                condition=Q(status__in=JobStatus.values), name="sqlq_job_status_valid"
+                condition=any_status(statuses.ALL), name="sqlq_job_status_valid"
             ),
             # A chain's steps, in order (the admin's chain page, chain_last_step(),
             # has_next_step(), depends_on=[chain]); unique: a step is written once, in the
@@ -319,11 +333,12 @@ class Job(models.Model):
             ),
             # One live job per unique_key, across processes and hosts. enqueue()'s
             # INSERT ... ON CONFLICT names this index by its columns and this condition
-            # (django_sqlq.db.base.UNIQUE_LIVE_SQL): change them together.
+            # (django_sqlq.db.insert.UNIQUE_LIVE_SQL): change them together. The key first:
+            # for the jobs without one (nearly all), the statuses are never read.
             models.UniqueConstraint(
                 fields=["unique_key"],
                 name="sqlq_job_unique_key_live",
-                condition=Q(unique_key__isnull=False, status__in=statuses.LIVE),
+                condition=Q(unique_key__isnull=False) & any_status(statuses.LIVE),
             ),
         ]
 

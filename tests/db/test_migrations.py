@@ -6,9 +6,10 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
+from django_sqlq.db import stats
 from django_sqlq.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -203,3 +204,77 @@ def test_before_the_wake_counter_exists_operators_and_idle_workers_carry_on():
             assert ops.data_version() == (newer.pk, None)
     finally:
         migrate(leaves)
+
+
+CONDITIONS_MIGRATION = ("django_sqlq", "0018_status_conditions")
+
+
+def job_schema() -> list[str]:
+    """The jobs table's definition and its indexes', as SQLite keeps them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = 'sqlq_job' AND sql IS NOT NULL "
+            "ORDER BY type DESC, name"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_status_conditions_are_rewritten_in_place_and_still_hold():
+    """0018: on SQLite the status conditions of sqlq_job_finished_idx, the unique
+    sqlq_job_unique_key_live and the check sqlq_job_status_valid are written as ORs (an IN
+    list of three or more literals costs a b-tree look-up at every row an UPDATE changes).
+    The two indexes are created again and the check edited in place: no table copied, every
+    row kept, and each condition still holds, forwards and back. Elsewhere nothing is
+    written."""
+    from django_sqlq import enqueue
+
+    executor = MigrationExecutor(connection)
+    [before] = executor.loader.graph.node_map[CONDITIONS_MIGRATION].parents
+    leaves = executor.loader.graph.leaf_nodes("django_sqlq")
+    sqlite = connection.vendor == "sqlite"
+    executor = migrate([before.key])
+    try:
+        if sqlite:
+            assert not [sql for sql in job_schema() if '\' OR "status"' in sql]
+        old_job = executor.loader.project_state([before.key]).apps.get_model("django_sqlq", "Job")
+        old_job.objects.bulk_create(
+            [old_job(type="old.job", status="completed", unique_key="k1") for _ in range(5)]
+            + [old_job(type="old.job", status="pending", unique_key="k2")]
+        )
+        columns = ("id", "type", "status", "unique_key", "uuid")
+        old = list(Job.objects.order_by("id").values_list(*columns))
+        sent: list[str] = []
+
+        def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            sent.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(record):
+            migrate([CONDITIONS_MIGRATION])
+        touched = [sql for sql in sent if "sqlq_job" in sql and "django_migrations" not in sql]
+        if sqlite:
+            schema = job_schema()
+            assert all(" IN (" not in sql for sql in schema), schema
+            assert len([sql for sql in schema if '\' OR "status"' in sql]) == 3, schema
+            assert "\"status\" = 'cancelled')" in schema[0]  # the check, in place
+            assert not [sql for sql in touched if "CREATE TABLE" in sql or "INSERT" in sql]
+        else:
+            assert touched == []
+        assert list(Job.objects.order_by("id").values_list(*columns)) == old
+        # Each condition still holds.
+        with pytest.raises(IntegrityError), transaction.atomic():
+            Job.objects.filter(pk=old[0][0]).update(status="bogus")
+        assert enqueue("tests.noop", unique_key="k1").created  # k1's jobs are finished
+        assert not enqueue("tests.noop", unique_key="k2").created  # k2's is pending
+        assert set(Job.objects.filter(stats.finished()).values_list("status", flat=True)) == {
+            "completed"
+        }
+        migrate([before.key])
+        if sqlite:
+            assert not [sql for sql in job_schema() if '\' OR "status"' in sql]
+        with pytest.raises(IntegrityError), transaction.atomic():
+            Job.objects.filter(pk=old[0][0]).update(status="bogus")
+    finally:
+        migrate(leaves)
+    if sqlite:
+        assert all(" IN (" not in sql for sql in job_schema())
