@@ -30,21 +30,19 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
-import time
 import traceback as tb
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from django_sqlq import statuses, workflows
 from django_sqlq.conf import get_settings
-from django_sqlq.db import is_deadlock, ops_for
+from django_sqlq.db import ops_for, retrying_deadlocks
 from django_sqlq.db.base import DatabaseNow
 from django_sqlq.models import Job, JobStatus, JobStep, StepState
 
@@ -218,34 +216,20 @@ def _wake(ids: Iterable[int], alias: str | None, outcome: Outcome) -> Outcome:
     return outcome
 
 
-#: How many times an operator's action is tried when the database rolls it back to break a
-#: deadlock.
-DEADLOCK_TRIES = 5
-
 Action = Callable[..., Outcome]
 
 
 def _retried_on_deadlock(action: Action) -> Action:
     """``action`` tried again when the database rolled its transaction back to break a
-    deadlock (1213 on MariaDB, 40P01 on PostgreSQL): two actions over overlapping jobs (an
-    operator's cancel of a job and of the jobs that wait for it, another's cancel of that
-    job) can each hold a row the other needs, and the database ends one of them whole.
-    Not inside the caller's own transaction: that rollback took the caller's other work
-    with it, so the error is the caller's to handle."""
+    deadlock (``retrying_deadlocks``): two actions over overlapping jobs (an operator's
+    cancel of a job and of the jobs that wait for it, another's cancel of that job) can
+    each hold a row the other needs. Not inside the caller's own transaction."""
 
     @functools.wraps(action)
     def run(ids: Iterable[int], *, alias: str | None = None) -> Outcome:
         alias = alias or get_settings().DATABASE
         ids = list(ids)  # read once: a try may follow
-        for attempt in range(1, DEADLOCK_TRIES + 1):
-            try:
-                return action(ids, alias=alias)
-            except OperationalError as exc:
-                own = transaction.get_connection(alias).in_atomic_block
-                if own or attempt == DEADLOCK_TRIES or not is_deadlock(exc):
-                    raise
-                time.sleep(random.uniform(0, 0.01 * attempt))  # the winner commits meanwhile
-        raise AssertionError("unreachable")
+        return retrying_deadlocks(alias, lambda: action(ids, alias=alias))
 
     return run
 

@@ -18,7 +18,7 @@ from django.db import DatabaseError, connections, transaction
 from django_sqlq import tracing, workflows
 from django_sqlq._django import unsaved_instance
 from django_sqlq.conf import get_settings
-from django_sqlq.db import is_missing_table, ops_for
+from django_sqlq.db import is_missing_table, ops_for, retrying_deadlocks
 from django_sqlq.db.base import QueueOps
 from django_sqlq.exceptions import ConfigurationError
 from django_sqlq.inline import run_inline
@@ -263,16 +263,26 @@ def submit(queue_alias: str, submission: Submission, using: str | None) -> None:
 
 def _submit_untraced(queue_alias: str, submission: Submission, using: str | None) -> None:
     caller = _caller_alias(queue_alias, using)
-    if caller is None or caller == queue_alias:
+    if caller is None and submission.dependencies is not None:
+        # A transaction of the enqueue's own that locks the jobs it waits for: tried again
+        # whole if the database ends it to break a deadlock with a worker completing them
+        # (MariaDB ends the whole transaction, not the statement).
+        retrying_deadlocks(queue_alias, partial(_write_own, queue_alias, submission))
+    elif caller is None or caller == queue_alias:
         # Same database (or no transaction): the rows are part of the caller's transaction.
         if len(submission.jobs) > 1 and caller is None:
-            with transaction.atomic(using=queue_alias):
-                _write(queue_alias, submission)
+            _write_own(queue_alias, submission)
         else:
             _write(queue_alias, submission)
     else:
         # Another database: the jobs exist if and only if the caller's transaction commits.
         transaction.on_commit(partial(_write, queue_alias, submission), using=caller)
+
+
+def _write_own(queue_alias: str, submission: Submission) -> None:
+    """:func:`_write` in a transaction of its own."""
+    with transaction.atomic(using=queue_alias):
+        _write(queue_alias, submission)
 
 
 def run_inline_after(queue_alias: str, jobs: list[Job], using: str | None) -> None:

@@ -36,7 +36,7 @@ from django.db import OperationalError, transaction
 
 from django_sqlq import statuses
 from django_sqlq.conf import get_settings
-from django_sqlq.db import is_lock_conflict, ops_for
+from django_sqlq.db import is_deadlock, is_lock_conflict, ops_for
 from django_sqlq.db.base import QueueOps
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import InvalidJobError
@@ -179,7 +179,9 @@ def _lock_targets(alias: str, targets: Sequence[Blocker]) -> dict[Blocker, str]:
     between the read of its last step and the lock (the step completed and continued), or
     when PostgreSQL broke a deadlock by failing this statement (a transaction that took
     rows out of order: this caller's own earlier enqueues, an operator), the locks taken
-    here are given back and the lookup starts again, never failing the caller's call."""
+    here are given back and the lookup starts again, never failing the caller's call.
+    MariaDB breaks a deadlock by rolling back the whole transaction: the error goes up (an
+    enqueue in a transaction of its own is tried again whole, see ``submit``)."""
     ops = ops_for(alias)
     conflicts = 0
     for _ in range(MAX_CHAIN_HOPS):
@@ -191,6 +193,10 @@ def _lock_targets(alias: str, targets: Sequence[Blocker]) -> dict[Blocker, str]:
         except OperationalError as exc:
             conflicts += 1
             if not is_lock_conflict(exc) or conflicts >= MAX_LOCK_TRIES:
+                raise
+            if ops.deadlock_ends_transaction and is_deadlock(exc):
+                # MariaDB rolled back the whole transaction, the savepoint with it: the
+                # enqueue's own is tried again whole (submit), a caller's is the caller's.
                 raise
             logger.debug("enqueue: locking its dependencies again after %s", exc)
             time.sleep(min(0.5, 0.01 * 2**conflicts))

@@ -14,7 +14,10 @@ defaults that do not hold for it (``in_id_order`` for row locks, ``notify``/``li
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -27,6 +30,8 @@ from django_sqlq.db.postgresql import PostgreSQLOps
 from django_sqlq.db.sqlite import SQLiteOps, configure
 
 __all__ = ["QueueOps", "configure_connection", "is_transient", "ops_for"]
+
+T = TypeVar("T")
 
 #: The queue operations of each supported engine, by ``connection.vendor``.
 ENGINES: dict[str, type[QueueOps]] = {
@@ -159,6 +164,29 @@ def is_deadlock(exc: BaseException) -> bool:
     return bool(args) and args[0] == 1213
 
 
+#: How many times a transaction of django_sqlq's own is tried when the database rolls it
+#: back whole to break a deadlock.
+DEADLOCK_TRIES = 5
+
+
+def retrying_deadlocks(alias: str, step: Callable[[], T]) -> T:
+    """``step()``, a transaction of django_sqlq's own on ``alias``, tried again when the
+    database rolled it back whole to break a deadlock (MariaDB's 1213, PostgreSQL's 40P01):
+    two transactions over overlapping rows (operators' actions, an enqueue that waits for
+    jobs a worker completes) can each hold a row the other needs, and the database ends one
+    of them. Not when the caller has a transaction open there: that rollback took the
+    caller's other work with it, so the error is the caller's to handle."""
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            return step()
+        except OperationalError as exc:
+            own = connections[alias].in_atomic_block
+            if own or attempt == DEADLOCK_TRIES or not is_deadlock(exc):
+                raise
+            time.sleep(random.uniform(0, 0.01 * attempt))  # the winner commits meanwhile
+    raise AssertionError("unreachable")
+
+
 def is_missing_table(exc: BaseException) -> bool:
     """True when the jobs table is not there: ``migrate`` has not been run."""
     message = str(exc).lower()
@@ -214,9 +242,20 @@ def has_uncommitted_writes(connection: BaseDatabaseWrapper) -> bool:
     return True
 
 
-def interrupt_statement(connection: BaseDatabaseWrapper) -> None:
-    """Ask the statement running on ``connection`` (in another thread) to stop, if any:
-    PostgreSQL's cancel request, SQLite's ``interrupt()``; both are thread-safe. Best effort."""
+def stop_abandoned(connection: BaseDatabaseWrapper, *, end_transaction: bool = False) -> None:
+    """Stop what an abandoned call (a timed-out handler, in another thread) is doing on
+    ``connection``: the statement it waits on, if any, and with ``end_transaction`` (an
+    atomic handler's connection) its transaction too, so that it cannot commit and holds no
+    lock. Best effort: a call between statements runs on.
+
+    - PostgreSQL: a cancel request. The transaction it cancels in cannot commit any more,
+      and the completion an atomic handler would write is fenced: it can only roll back.
+    - SQLite: ``interrupt()``; ending the transaction closes the connection (the database
+      rolls back and the write lock is released; the call's next statement fails).
+    - MariaDB: ``KILL QUERY`` of its session; ending the transaction, ``KILL CONNECTION``
+      instead, as the statement a ``KILL QUERY`` stops leaves its transaction open and able
+      to commit (an atomic handler that caught the error committed its outcome and every
+      write made after its timeout)."""
     raw = connection.connection
     if raw is None:
         return
@@ -225,19 +264,7 @@ def interrupt_statement(connection: BaseDatabaseWrapper) -> None:
             raw.cancel()
         elif connection.vendor == "sqlite":
             raw.interrupt()
+            if end_transaction:
+                raw.close()
         elif connection.vendor == "mysql":
-            mariadb_session.kill_query(connection)
-
-
-def abort_transaction(connection: BaseDatabaseWrapper) -> None:
-    """End the transaction of an abandoned call (a timed-out atomic handler, in another
-    thread) so that it cannot commit and holds no lock: on SQLite, close its connection (the
-    database rolls back and the write lock is released; the abandoned call's next statement
-    fails). On PostgreSQL nothing: its statement was cancelled (interrupt_statement), and the
-    completion it would write is fenced, so the transaction can only roll back; it ends when
-    the call does. Best effort."""
-    raw = connection.connection
-    if raw is None or connection.vendor != "sqlite":
-        return
-    with contextlib.suppress(Exception):
-        raw.close()
+            mariadb_session.kill(connection, session=end_transaction)

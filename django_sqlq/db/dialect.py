@@ -59,6 +59,9 @@ class Dialect:
     #: The deepest nesting of JSON arrays and objects the engine stores; None: no limit of
     #: its own (``jsoncodec.MAX_DEPTH`` applies).
     max_json_depth: int | None = None
+    #: Whether the engine rolls back the whole transaction to break a deadlock (MariaDB),
+    #: not only the statement that met it (PostgreSQL): a savepoint cannot try it again.
+    deadlock_ends_transaction = False
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection

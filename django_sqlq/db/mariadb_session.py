@@ -5,6 +5,7 @@ the driver keeps them, without a round trip where it can."""
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Any
 
 #: The oldest MariaDB the dialect supports: ``SKIP LOCKED`` (10.6), ``INSERT ... RETURNING``
@@ -76,10 +77,23 @@ def in_transaction(raw: Any) -> bool:
     return bool(status & SERVER_STATUS_IN_TRANS) or not status & SERVER_STATUS_AUTOCOMMIT
 
 
+#: How old ``information_schema.innodb_trx`` may be: InnoDB serves it from a copy of its
+#: transactions made at most this often (``CACHE_MIN_IDLE_TIME_US``, 100 ms).
+INNODB_TRX_CACHE_SECONDS = 0.1
+
+
 def has_writes(raw: Any) -> bool:
     """Whether the transaction open on ``raw`` changed rows (InnoDB's own count; none when
     InnoDB has no transaction for the session). Raises without the PROCESS privilege that
-    ``innodb_trx`` needs: the caller then counts the writes as lost."""
+    ``innodb_trx`` needs: the caller then counts the writes as lost.
+
+    ``innodb_trx`` is a copy at most 100 ms old, made on a read: a transaction begun after
+    the last copy is not in it (a handler that wrote and left its transaction open within
+    100 ms of any session's read looked as if it had written nothing, and its writes were
+    lost with the job recorded completed). So this waits out the copy's age first: a copy
+    made after the wait began holds this transaction, which began before. Called only for a
+    transaction a handler left open, never on a job's plain path."""
+    time.sleep(INNODB_TRX_CACHE_SECONDS * 1.1)
     with raw.cursor() as cursor:
         cursor.execute(
             "SELECT trx_rows_modified FROM information_schema.innodb_trx "
@@ -90,16 +104,17 @@ def has_writes(raw: Any) -> bool:
 
 
 def remember_thread_id(connection: Any) -> None:
-    """``connection_created``: keep the new session's id for kill_query, which needs it
+    """``connection_created``: keep the new session's id for kill(), which needs it
     while the connection runs a statement in another thread (mysqlclient 2.3 refuses any
     call on a connection in use there, ``thread_id()`` too). No round trip."""
     raw = connection.connection
     raw.sqlq_thread_id = raw.thread_id()
 
 
-def kill_query(connection: Any) -> None:
+def kill(connection: Any, *, session: bool = False) -> None:
     """Stop the statement running on ``connection`` (in another thread): ``KILL QUERY`` of
-    its session, sent on a connection of its own, as MariaDB has no cancel request."""
+    its session, sent on a connection of its own, as MariaDB has no cancel request. With
+    ``session``, ``KILL CONNECTION``: the session ends, its transaction rolled back."""
     import MySQLdb
 
     raw = connection.connection
@@ -109,6 +124,6 @@ def kill_query(connection: Any) -> None:
     killer = MySQLdb.connect(**connection.get_connection_params())
     try:
         with killer.cursor() as cursor:
-            cursor.execute(f"KILL QUERY {int(thread)}")
+            cursor.execute(f"KILL {'CONNECTION' if session else 'QUERY'} {int(thread)}")
     finally:
         killer.close()

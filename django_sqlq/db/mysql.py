@@ -53,6 +53,8 @@ class MySQLOps(MySQLOutcomeOps):
     after the module that holds each statement (the claim's and the completion's in
     ``db.mysql_path``)."""
 
+    deadlock_ends_transaction = True
+
     # -- new jobs (insert.py) --------------------------------------------------------------
 
     def payloads_sql(self, payloads: Sequence[str]) -> tuple[str, str, str, Any]:
@@ -273,15 +275,23 @@ class MySQLOps(MySQLOutcomeOps):
 
     def notify(self, queues: Sequence[str]) -> None:
         """A job was made runnable again (not inserted: the newest id does not move): add
-        one to the wake-up counter (``sqlq_wake``, migration 0017), seen by idle workers
-        once the current transaction commits. Its one row is locked until then: notifiers
-        take turns (operators' actions, released dependencies, emitted events; never an
-        enqueue)."""
+        one to the wake-up counter (``sqlq_wake``, migrations 0017 and 0019), seen by idle
+        workers once the current transaction commits. The counter is in 64 rows (0019),
+        whose sum the workers read: this takes the first one no other transaction holds
+        (``SKIP LOCKED``; its lock lasts until the commit), so that a caller that keeps its
+        transaction open holds up no other notifier (a worker releasing dependent jobs, an
+        operator). Only when every row is held does it wait, for the first."""
         if not queues:
             return
         try:
             with self.connection.cursor() as cursor:
-                cursor.execute("UPDATE sqlq_wake SET n = n + 1 WHERE id = 1")
+                cursor.execute(
+                    "SELECT id FROM sqlq_wake ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+                )
+                row = cursor.fetchone()
+                cursor.execute(
+                    "UPDATE sqlq_wake SET n = n + 1 WHERE id = %s", [row[0] if row else 1]
+                )
         except ProgrammingError as exc:
             # Code deployed before its migration: the workers poll meanwhile. (MariaDB rolls
             # back the failed statement alone, not the caller's transaction.)
@@ -290,13 +300,12 @@ class MySQLOps(MySQLOutcomeOps):
 
     def data_version(self) -> Any:
         """The newest job's id and the wake-up counter: they change when another connection
-        commits a new job, or makes one runnable again (one probe of each primary key, no
-        table read)."""
+        commits a new job, or makes one runnable again (a probe of the jobs' primary key, and
+        the sum of the counter's 64 rows)."""
         with self.connection.cursor() as cursor:
             try:
                 cursor.execute(
-                    f"SELECT (SELECT MAX(id) FROM {self.table}), "
-                    "(SELECT n FROM sqlq_wake WHERE id = 1)"
+                    f"SELECT (SELECT MAX(id) FROM {self.table}), (SELECT SUM(n) FROM sqlq_wake)"
                 )
             except ProgrammingError as exc:  # before migration 0017: new jobs only
                 if not _wake_table_missing(exc):

@@ -15,7 +15,7 @@ import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, cast
 
 import asgiref
@@ -25,10 +25,9 @@ from django.utils import timezone, translation
 from django_sqlq import lifecycle, registry
 from django_sqlq.control import JobControl
 from django_sqlq.db import (
-    abort_transaction,
     has_uncommitted_writes,
     in_raw_transaction,
-    interrupt_statement,
+    stop_abandoned,
 )
 from django_sqlq.db.columns import ClaimedJob
 from django_sqlq.exceptions import (
@@ -196,7 +195,7 @@ def _call_with_timeout(
 
     A thread cannot be killed: the abandoned call runs on, but its job is already failed
     (or retried), and nothing it returns is recorded. An atomic handler's transaction (on
-    ``atomic_alias``) is ended under it (abort_transaction): it cannot commit.
+    ``atomic_alias``) is ended under it (stop_abandoned): it cannot commit.
     """
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -216,24 +215,16 @@ def _call_with_timeout(
     thread = threading.Thread(target=target, name="sqlq-timed-job", daemon=True)
     thread.start()
     if not done.wait(timeout):
-        _interrupt_queries(box.get("connections", ()))
-        if atomic_alias is not None:
-            for wrapper in box.get("connections", ()):
-                if wrapper.alias == atomic_alias:
-                    abort_transaction(wrapper)
+        # Stop the statement it waits on, if it waits in a database (the usual way a job
+        # hangs: a lock wait, a slow query): without it the call kept its connection, its
+        # transaction and its locks for as long as the statement ran. And end an atomic
+        # handler's transaction, so that it cannot commit.
+        for wrapper in box.get("connections", ()):
+            stop_abandoned(wrapper, end_transaction=wrapper.alias == atomic_alias)
         raise JobTimeoutError(f"Job ran longer than its timeout of {timeout}s and was abandoned")
     if "error" in box:
         raise box["error"]
     return box.get("result")
-
-
-def _interrupt_queries(wrappers: Iterable[Any]) -> None:
-    """Stop the statement an abandoned call is waiting on, if it waits in a database (the
-    usual way a job hangs: a lock wait, a slow query). Without it the call kept its
-    connection, its transaction and its locks for as long as the statement ran: one more
-    PostgreSQL backend per timed-out attempt. Best effort: a call between statements runs on."""
-    for wrapper in wrappers:
-        interrupt_statement(wrapper)
 
 
 def tidy_connections() -> list[str]:

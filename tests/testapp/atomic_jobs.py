@@ -5,12 +5,13 @@ committed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from django_sqlq import enqueue, handler
 from django_sqlq.jobcontext import JobContext
@@ -53,6 +54,22 @@ def timed(payload: dict[str, Any], context: JobContext) -> int:
     _wait_for_release(payload)
     try:
         Order.objects.create(item=f"{payload['tag']} after-timeout")
+    finally:
+        append_line(payload["ended"], f"{context.attempt} {os.getpid()}")
+    return os.getpid()
+
+
+@handler("atomic.lock_waiter", atomic=True, takes_context=True, timeout=1)
+def lock_waiter(payload: dict[str, Any], context: JobContext) -> int:
+    """Write the row, then wait past the 1 s timeout for the lock of the Order row named
+    ``locked`` (another transaction holds it); when that wait is stopped, carry on as careless
+    code does: write again and return."""
+    _write_and_announce(payload, context)
+    try:
+        Order.objects.select_for_update().get(item=payload["locked"])
+    except DatabaseError:
+        with contextlib.suppress(DatabaseError):
+            Order.objects.create(item=f"{payload['tag']} after-timeout")
     finally:
         append_line(payload["ended"], f"{context.attempt} {os.getpid()}")
     return os.getpid()

@@ -8,11 +8,13 @@ The handlers are in tests/testapp/atomic_jobs.py: each run writes one Order row 
 from __future__ import annotations
 
 import signal
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections, transaction
 from django.utils import timezone
 
 from django_sqlq import cancel, enqueue, handler, registry
@@ -168,6 +170,50 @@ def test_a_timed_out_atomic_handler_is_rolled_back(tmp_path, spawn_worker):
     assert rows("timed") == []
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.FAILED, 1)
+
+
+def test_an_atomic_handler_stopped_in_a_lock_wait_at_its_timeout_cannot_commit(
+    tmp_path, spawn_worker, engine
+):
+    """At its timeout an atomic handler waits for a row lock another transaction holds; the
+    wait is stopped, and the handler, as careless code does, catches the error, writes again
+    and returns. None of it commits: the attempt failed at its timeout. (On MariaDB a
+    ``KILL QUERY`` left the transaction open: the handler committed its outcome and every
+    write made after the timeout, the job recorded completed. Its session is ended now.)"""
+    if engine == "sqlite":
+        pytest.skip("row locks: PostgreSQL, MariaDB (SQLite has one writer at a time)")
+    paths = files(tmp_path)
+    Order.objects.create(item="locked row")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:  # a request's transaction, on a connection of its own
+        try:
+            with transaction.atomic():
+                Order.objects.select_for_update().get(item="locked row")
+                locked.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        payload = {"tag": "waiter", "locked": "locked row", **paths}
+        job = enqueue("atomic.lock_waiter", payload, max_attempts=1)
+        worker = spawn_worker()
+        until(lambda: status_of(job) == JobStatus.FAILED, 30, "the job timed out")
+        until(lambda: len(runs(Path(paths["ended"]))) == 1, 30, "the abandoned handler went on")
+        assert rows("waiter") == []
+    finally:
+        release.set()
+        holder.join(30)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.FAILED, 1)
+    assert job.errors[-1]["exception_class"].endswith("JobTimeoutError")
+    assert rows("waiter") == []
 
 
 def test_a_cancel_checkpoint_rolls_back_and_a_return_commits_cancelled(spawn_worker, engine):

@@ -14,6 +14,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Max
 
-from django_sqlq import Chain, bulk_enqueue, enqueue
+from django_sqlq import Chain, bulk_enqueue, enqueue, lifecycle
 from django_sqlq.models import Job, JobBlocker, JobStatus
 from tests.conftest import ROOT, WorkerProcess, run_burst
 from tests.faults.conftest import errors_in, pid_of, runs, until
@@ -247,6 +248,51 @@ def test_waiters_on_overlapping_slices_of_a_group_each_run_once_after_theirs(
     assert JobBlocker.objects.count() == 0
 
 
+def test_a_request_that_made_a_job_runnable_and_stays_open_holds_up_no_worker(
+    tmp_path, spawn_worker, engine
+):
+    """A request retries a failed job (which wakes idle workers once it commits) and keeps its
+    transaction open; meanwhile a worker completes a job that another waits for, which wakes
+    workers too. (On MariaDB both wrote one counter row, and the worker's completion waited
+    for the request's commit, holding up every later completion of that worker: an
+    adversary's request of 20 s left no completion recorded for 24 s.)"""
+    if engine == "sqlite":
+        pytest.skip("SQLite has one writer at a time: an open write transaction holds up all")
+    log = tmp_path / "runs"
+    failed = enqueue("wf.record", rec(log, "retried"))
+    Job.objects.filter(pk=failed.pk).update(status=JobStatus.FAILED)
+    held, release = threading.Event(), threading.Event()
+
+    def request() -> None:
+        try:
+            with transaction.atomic():
+                assert lifecycle.retry_now([failed.pk]).changed == 1
+                held.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    requester = threading.Thread(target=request)
+    requester.start()
+    try:
+        assert held.wait(30)
+        parent = enqueue("wf.record", rec(log, "parent"))
+        child = enqueue("wf.record", rec(log, "child"), depends_on=[parent])
+        workers = _ready_workers(spawn_worker, 1)
+        done = [parent.pk, child.pk]
+        until(
+            lambda: Job.objects.filter(pk__in=done, status=JobStatus.COMPLETED).count() == 2,
+            20,
+            "the job and the one waiting for it completed while the request stays open",
+        )
+    finally:
+        release.set()
+        requester.join(30)
+    until(lambda: "retried" in names(log), 30, "the retried job ran once the request committed")
+    stop(workers)
+    assert sorted(names(log)) == ["child", "parent", "retried"]
+
+
 # -- failure policies across processes --------------------------------------------------------
 
 
@@ -378,7 +424,7 @@ def _finished_before(waiter: Job) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["view", "calls"])
 def test_enqueues_that_fan_in_on_jobs_being_finished_never_deadlock(
-    tmp_path, spawn_worker, worker_env, mode
+    tmp_path, spawn_worker, worker_env, mode, engine
 ):
     """A process keeps writing jobs that wait for jobs 3 workers are finishing at that
     moment: group.then(), depends_on a part of a group and a fan-in, and on a chain, all
@@ -419,7 +465,14 @@ def test_enqueues_that_fan_in_on_jobs_being_finished_never_deadlock(
     stop(workers)
 
     for output in outputs:
-        assert "deadlock" not in output.lower(), f"seed {seed}:\n{output}"
+        deadlocks = [line for line in output.splitlines() if "deadlock" in line.lower()]
+        if engine == "mysql":
+            # MariaDB: a view's transaction that makes several jobs wait can still meet a
+            # worker's completion in a deadlock (its uncommitted blocker rows against the
+            # completion's release of their waiters); the worker retries its side, nothing
+            # is lost and the caller never sees it (docs/reference/mariadb.md).
+            deadlocks = [line for line in deadlocks if "retrying in" not in line]
+        assert deadlocks == [], f"seed {seed}:\n{output}"
     ran = Counter(names(log))
     assert set(ran.values()) == {1}, f"seed {seed}: ran twice: {ran.most_common(3)}"
     assert sum(ran.values()) == Job.objects.count()
