@@ -270,8 +270,8 @@ class MySQLOps(MySQLOutcomeOps):
 
     # -- wake-ups (notify.py) --------------------------------------------------------------
 
-    def change_check_interval(self, poll_interval: float) -> float:
-        return min(CHANGE_CHECK_INTERVAL, poll_interval)
+    def change_check_interval(self, poll_interval: float, wanted: float | None = None) -> float:
+        return min(CHANGE_CHECK_INTERVAL if wanted is None else wanted, poll_interval)
 
     def notify(self, queues: Sequence[str]) -> None:
         """A job was made runnable again (not inserted: the newest id does not move): add

@@ -26,8 +26,15 @@ class NotifyOps(Dialect):
         """A cheap value that changes when another connection commits, or None."""
         return None
 
-    def change_check_interval(self, poll_interval: float) -> float:
-        """How often an idle worker calls data_version()."""
+    def change_check_interval(
+        self,
+        poll_interval: float,
+        wanted: float | None = None,  # noqa: ARG002 (for engines that check for commits)
+    ) -> float:
+        """How often an idle worker calls data_version(): every ``poll_interval`` where the
+        engine cannot tell (or tells by other means, LISTEN); an engine that can checks at
+        its own pace, or at ``wanted`` (``SQLQ["WAKE_CHECK_INTERVAL"]``), never less often
+        than it polls."""
         return poll_interval
 
     def listen(

@@ -422,8 +422,8 @@ class SQLiteOps(QueueOps):
 
     # -- wake-ups (notify.py) --------------------------------------------------------------
 
-    def change_check_interval(self, poll_interval: float) -> float:
-        return min(CHANGE_CHECK_INTERVAL, poll_interval)
+    def change_check_interval(self, poll_interval: float, wanted: float | None = None) -> float:
+        return min(CHANGE_CHECK_INTERVAL if wanted is None else wanted, poll_interval)
 
     def data_version(self) -> Any:
         """Changes whenever another connection commits to the database file: a check that

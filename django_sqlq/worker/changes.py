@@ -29,11 +29,9 @@ class ChangeWatch:
         self.context = context
         self.flag = threading.Event()
         self.ops = ops_for(context.database)
-        self.interval = self.ops.change_check_interval(context.poll_interval)
-        configured = context.conf.WAKE_CHECK_INTERVAL
-        if configured is not None and self.interval < context.poll_interval:
-            # An engine that checks for commits (SQLite, MariaDB): at the project's pace.
-            self.interval = min(configured, context.poll_interval)
+        self.interval = self.ops.change_check_interval(
+            context.poll_interval, context.conf.WAKE_CHECK_INTERVAL
+        )
         self.last = self._version()
         # SQLQ["LISTEN_DATABASE"]: LISTEN through another alias of the queue's database
         # (a direct connection beside a transaction-mode pooler).

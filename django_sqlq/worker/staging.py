@@ -14,6 +14,8 @@ from django_sqlq.worker.context import WorkerContext
 
 # Scheduled jobs moved to pending per statement, oldest first, when their time has come.
 PROMOTE_BATCH = 1000
+# How soon due jobs that another transaction holds (none could be promoted) are tried again.
+HELD_RETRY = 0.05
 
 
 class Stager:
@@ -38,8 +40,14 @@ class Stager:
         moved = lifecycle.promote(self.database, limit=PROMOTE_BATCH, now=self.context.now())
         if moved == PROMOTE_BATCH:
             self.due_at = 0.0  # more are due: promote again before the next claim
-        else:
-            self._learn_next_due()
+            return
+        self._learn_next_due()
+        if not moved and self.due_at <= time.monotonic():
+            # Due, yet none moved: another transaction holds them (promote() skips locked
+            # rows). Tried again shortly, not at once: an idle worker read the due time and
+            # promoted in a loop as fast as the database answered (MariaDB: 212 -> 1,773
+            # queries a second from 2 idle workers while a transaction held due rows).
+            self.due_at = time.monotonic() + min(self.context.poll_interval, HELD_RETRY)
 
     def _learn_next_due(self) -> None:
         with self._lock:
