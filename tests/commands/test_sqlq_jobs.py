@@ -207,6 +207,28 @@ def test_delete_deletes_all_but_running_jobs() -> None:
     assert Job.objects.filter(pk=running.pk).exists()
 
 
+def test_a_job_deleted_meanwhile_is_reported_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the command's read and its change, another process deletes the job (a prune,
+    another operator): it says the job is gone, not that a completed job cannot be deleted
+    while running (what it said on MariaDB, where its delete waited for the prune's)."""
+    from django_sqlq import lifecycle
+    from django_sqlq.management import jobs_options
+
+    job = make(JobStatus.COMPLETED)
+
+    def pruned_first(ids: Any, *, alias: str | None = None) -> Any:
+        Job.objects.filter(pk__in=list(ids)).delete()  # the prune that won
+        return lifecycle.delete(ids, alias=alias)
+
+    done, _function, rule = jobs_options.CHANGES["delete"]
+    monkeypatch.setitem(jobs_options.CHANGES, "delete", (done, pruned_first, rule))
+    err = io.StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("sqlq_jobs", "delete", str(job.pk), stdout=io.StringIO(), stderr=err)
+    assert raised.value.returncode == 1
+    assert err.getvalue().strip() == f"Job {job.pk}: no job has this id."
+
+
 def test_changes_go_through_the_lifecycle_functions(monkeypatch: pytest.MonkeyPatch) -> None:
     from django_sqlq import lifecycle
     from django_sqlq.management import jobs_options

@@ -203,6 +203,8 @@ class Command(SQLQCommand):
             if outcome.changed:
                 result = "cancel requested" if outcome.requested else done
                 results.append({"id": pk, "result": result, "status": now_status})
+            elif now_status is None:  # deleted meanwhile (a prune, another operator)
+                results.append({"id": pk, "result": "missing", "status": None})
             else:
                 reason = (
                     "a live job holds its unique_key"
@@ -216,22 +218,23 @@ class Command(SQLQCommand):
         if self.as_json:
             self._print_json(results)
         else:
-            for item in results:
-                if item["result"] == "missing":
-                    self.stderr.write(f"Job {item['id']}: no job has this id.")
-                elif item["result"] == "skipped":
-                    self.stderr.write(f"Job {item['id']}: not {done}; {item['reason']}.")
-                elif item["result"] == "cancel requested":
-                    self.stdout.write(
-                        f"Job {item['id']}: running; its worker is asked to cancel it."
-                    )
-                else:
-                    self.stdout.write(f"Job {item['id']}: {done} (now {item['status']}).")
+            self._print_changes(results, done)
         if failed:
             raise CommandError(
                 f"{len(failed)} of {len(results)} job(s) not {done}.",
                 returncode=1,
             )
+
+    def _print_changes(self, results: list[dict[str, Any]], done: str) -> None:
+        for item in results:
+            if item["result"] == "missing":
+                self.stderr.write(f"Job {item['id']}: no job has this id.")
+            elif item["result"] == "skipped":
+                self.stderr.write(f"Job {item['id']}: not {done}; {item['reason']}.")
+            elif item["result"] == "cancel requested":
+                self.stdout.write(f"Job {item['id']}: running; its worker is asked to cancel it.")
+            else:
+                self.stdout.write(f"Job {item['id']}: {done} (now {item['status']}).")
 
     # -- enqueue ----------------------------------------------------------------------------
 
