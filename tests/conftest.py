@@ -7,6 +7,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.db import connections
+from django.db import connections, transaction
 from django.test import Client
 
 from django_sqlq import outcomes
@@ -191,6 +192,32 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s: {condition}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def held_elsewhere(hold: Callable[[], Any]) -> Iterator[None]:
+    """Run ``hold()`` in a transaction of another connection (a thread of its own: a request,
+    an operator, another worker), keep that transaction open while the block runs, then end
+    it. For row locks (``select_for_update()``) and writes that others must wait for."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                hold()
+                held.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(30), "the other transaction did not take its hold"
+        yield
+    finally:
+        release.set()
+        thread.join(30)
 
 
 def run_burst(**kwargs: Any) -> Worker:

@@ -9,15 +9,15 @@ first sizes each arm (``db.mysql_path.MySQLClaimOps._shares``)."""
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_sqlq import bulk_enqueue
 from django_sqlq.db import ops_for
 from django_sqlq.models import Job
+from tests.conftest import held_elsewhere
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,23 +62,6 @@ def test_rows_another_worker_is_claiming_do_not_starve_the_next_queue() -> None:
     """Another transaction holds the first queue's rows (a worker in the middle of its
     claim): a claim passes over them and takes the next queue's, a whole batch."""
     _backlogs()
-    held, done = threading.Event(), threading.Event()
-
-    def hold_default() -> None:
-        try:
-            with transaction.atomic():
-                list(Job.objects.select_for_update().filter(queue="default"))
-                held.set()
-                done.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold_default)
-    holder.start()
-    try:
-        assert held.wait(30)
+    with held_elsewhere(lambda: list(Job.objects.select_for_update().filter(queue="default"))):
         assert _claim(8) == ["emails"] * 8
-    finally:
-        done.set()
-        holder.join(30)
     assert Job.objects.filter(queue="default", status="pending").count() == 20

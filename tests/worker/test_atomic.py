@@ -8,18 +8,17 @@ The handlers are in tests/testapp/atomic_jobs.py: each run writes one Order row 
 from __future__ import annotations
 
 import signal
-import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from django_sqlq import cancel, enqueue, handler, registry
 from django_sqlq.models import Job, JobStatus
-from tests.conftest import run_burst
+from tests.conftest import held_elsewhere, run_burst
 from tests.faults.conftest import errors_in, runs, until
 from tests.testapp import atomic_jobs  # noqa: F401 (registers the handlers)
 from tests.testapp.models import Order
@@ -184,30 +183,13 @@ def test_an_atomic_handler_stopped_in_a_lock_wait_at_its_timeout_cannot_commit(
         pytest.skip("row locks: PostgreSQL, MariaDB (SQLite has one writer at a time)")
     paths = files(tmp_path)
     Order.objects.create(item="locked row")
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_the_lock() -> None:  # a request's transaction, on a connection of its own
-        try:
-            with transaction.atomic():
-                Order.objects.select_for_update().get(item="locked row")
-                locked.set()
-                release.wait(60)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold_the_lock)
-    holder.start()
-    try:
-        assert locked.wait(30)
+    with held_elsewhere(lambda: Order.objects.select_for_update().get(item="locked row")):
         payload = {"tag": "waiter", "locked": "locked row", **paths}
         job = enqueue("atomic.lock_waiter", payload, max_attempts=1)
         worker = spawn_worker()
         until(lambda: status_of(job) == JobStatus.FAILED, 30, "the job timed out")
         until(lambda: len(runs(Path(paths["ended"]))) == 1, 30, "the abandoned handler went on")
         assert rows("waiter") == []
-    finally:
-        release.set()
-        holder.join(30)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     job.refresh_from_db()
@@ -274,7 +256,7 @@ def test_a_deferred_sqlite_connection_takes_the_write_lock_before_the_handler(en
         pytest.skip("SQLite's write lock")
     import sqlite3
 
-    from django.db import connection, transaction
+    from django.db import connection
 
     from django_sqlq.db import ops_for
 

@@ -4,13 +4,11 @@ the test sets the pool's state and calls what the main loop calls."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connections, transaction
 
 from django_sqlq import enqueue
 from django_sqlq.db import ops_for
@@ -18,6 +16,7 @@ from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
 from django_sqlq.worker.claimer import MAX_PREFETCH, PREFETCH_HOLD, PREFETCH_WINDOW
 from django_sqlq.worker.completer import FLUSH_INTERVAL
+from tests.conftest import held_elsewhere
 
 
 def in_hand(worker: Worker, *, running: int, waiting: int) -> None:
@@ -178,21 +177,7 @@ def test_due_jobs_another_transaction_holds_are_not_promoted_in_a_loop(engine, m
         return moved
 
     monkeypatch.setattr(lifecycle, "promote", counted)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                list(Job.objects.select_for_update().filter(pk=job.pk))
-                locked.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with held_elsewhere(lambda: list(Job.objects.select_for_update().filter(pk=job.pk))):
         stager = Worker(poll_interval=5).staging
         stager.stage(recheck=True)
         assert promotes == [0]  # held: nothing moved
@@ -200,9 +185,6 @@ def test_due_jobs_another_transaction_holds_are_not_promoted_in_a_loop(engine, m
         assert promotes == [0]  # not again at once
         assert stager.due_at > time.monotonic()
         assert stager.due_at <= time.monotonic() + staging.HELD_RETRY
-    finally:
-        release.set()
-        holder.join(30)
     stager.due_at = 0.0  # the retry's time came
     stager.stage(recheck=False)
     assert promotes == [0, 1]

@@ -14,7 +14,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Max
 
 from django_sqlq import Chain, bulk_enqueue, enqueue, lifecycle
 from django_sqlq.models import Job, JobBlocker, JobStatus
-from tests.conftest import ROOT, WorkerProcess, run_burst
+from tests.conftest import ROOT, WorkerProcess, held_elsewhere, run_burst
 from tests.faults.conftest import errors_in, pid_of, runs, until
 from tests.testapp import workflow_jobs  # noqa: F401 (registers the handlers)
 from tests.testapp.models import Order
@@ -261,21 +260,11 @@ def test_a_request_that_made_a_job_runnable_and_stays_open_holds_up_no_worker(
     log = tmp_path / "runs"
     failed = enqueue("wf.record", rec(log, "retried"))
     Job.objects.filter(pk=failed.pk).update(status=JobStatus.FAILED)
-    held, release = threading.Event(), threading.Event()
 
-    def request() -> None:
-        try:
-            with transaction.atomic():
-                assert lifecycle.retry_now([failed.pk]).changed == 1
-                held.set()
-                release.wait(60)
-        finally:
-            connections.close_all()
+    def retry() -> None:  # a request's transaction, which stays open
+        assert lifecycle.retry_now([failed.pk]).changed == 1
 
-    requester = threading.Thread(target=request)
-    requester.start()
-    try:
-        assert held.wait(30)
+    with held_elsewhere(retry):
         parent = enqueue("wf.record", rec(log, "parent"))
         child = enqueue("wf.record", rec(log, "child"), depends_on=[parent])
         workers = _ready_workers(spawn_worker, 1)
@@ -285,9 +274,6 @@ def test_a_request_that_made_a_job_runnable_and_stays_open_holds_up_no_worker(
             20,
             "the job and the one waiting for it completed while the request stays open",
         )
-    finally:
-        release.set()
-        requester.join(30)
     until(lambda: "retried" in names(log), 30, "the retried job ran once the request committed")
     stop(workers)
     assert sorted(names(log)) == ["child", "parent", "retried"]
