@@ -24,6 +24,19 @@ def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
     return MigrationExecutor(connection)
 
 
+def migrate_recording(targets: list[tuple[str, str]]) -> list[str]:
+    """Migrate to ``targets``; the statements it sent."""
+    sent: list[str] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        migrate(targets)
+    return sent
+
+
 def test_existing_jobs_get_distinct_random_uuids():
     executor = MigrationExecutor(connection)
     before = sorted(executor.loader.graph.node_map[UUID_MIGRATION].parents)
@@ -70,14 +83,7 @@ def test_the_index_diet_drops_the_completed_at_index_and_keeps_existing_uuids():
         old_job.objects.bulk_create([old_job(type=f"old.job{n}") for n in range(20)])
         old = dict(Job.objects.values_list("id", "uuid"))
         assert {u.version for u in old.values()} == {4}
-        sent: list[str] = []
-
-        def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            sent.append(sql)
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(record):
-            migrate([DIET_MIGRATION])
+        sent = migrate_recording([DIET_MIGRATION])
         assert "sqlq_job_completed_idx" not in job_indexes()
         # One statement, that blocks no writer on PostgreSQL; no table rebuilt on SQLite.
         drops = [sql for sql in sent if "sqlq_job_completed_idx" in sql]
@@ -136,14 +142,7 @@ def test_a_steps_record_writes_less_and_the_steps_are_kept():
         )
         columns = ("id", "job_id", "name", "state", "wait_key", "result", "created_at")
         old = list(JobStep.objects.order_by("id").values_list(*columns))
-        sent: list[str] = []
-
-        def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            sent.append(sql)
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(record):
-            migrate([ASLEEP_MIGRATION])
+        sent = migrate_recording([ASLEEP_MIGRATION])
         assert step_indexes() == {"sqlq_job_step_asleep_idx": ["state", "wait_key"]}
         indexes = [sql for sql in sent if "INDEX" in sql and "sqlq_job_step" in sql]
         assert len(indexes) == 3 + sqlite, indexes  # 2 drops, a create (+ its copy on SQLite)
@@ -243,14 +242,7 @@ def test_status_conditions_are_rewritten_in_place_and_still_hold():
         )
         columns = ("id", "type", "status", "unique_key", "uuid")
         old = list(Job.objects.order_by("id").values_list(*columns))
-        sent: list[str] = []
-
-        def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            sent.append(sql)
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(record):
-            migrate([CONDITIONS_MIGRATION])
+        sent = migrate_recording([CONDITIONS_MIGRATION])
         touched = [sql for sql in sent if "sqlq_job" in sql and "django_migrations" not in sql]
         if sqlite:
             schema = job_schema()
