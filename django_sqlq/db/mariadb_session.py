@@ -5,7 +5,7 @@ the driver keeps them, without a round trip where it can."""
 from __future__ import annotations
 
 import ctypes
-import time
+import re
 from typing import Any
 
 #: The oldest MariaDB the dialect supports: ``SKIP LOCKED`` (10.6), ``INSERT ... RETURNING``
@@ -77,30 +77,40 @@ def in_transaction(raw: Any) -> bool:
     return bool(status & SERVER_STATUS_IN_TRANS) or not status & SERVER_STATUS_AUTOCOMMIT
 
 
-#: How old ``information_schema.innodb_trx`` may be: InnoDB serves it from a copy of its
-#: transactions made at most this often (``CACHE_MIN_IDLE_TIME_US``, 100 ms).
-INNODB_TRX_CACHE_SECONDS = 0.1
+#: Said in SHOW ENGINE INNODB STATUS when it left part of the transaction list out.
+_TRUNCATED = "truncated..."
 
 
 def has_writes(raw: Any) -> bool:
-    """Whether the transaction open on ``raw`` changed rows (InnoDB's own count; none when
-    InnoDB has no transaction for the session). Raises without the PROCESS privilege that
-    ``innodb_trx`` needs: the caller then counts the writes as lost.
+    """Whether the transaction open on ``raw`` changed rows: InnoDB's own count of its undo
+    entries, in the list of transactions of ``SHOW ENGINE INNODB STATUS`` (none when InnoDB
+    has no transaction for the session). Raises without the PROCESS privilege it needs: the
+    caller then counts the writes as lost; so does a list cut short (a server with very many
+    transactions), where the session's may be left out.
 
-    ``innodb_trx`` is a copy at most 100 ms old, made on a read: a transaction begun after
-    the last copy is not in it (a handler that wrote and left its transaction open within
-    100 ms of any session's read looked as if it had written nothing, and its writes were
-    lost with the job recorded completed). So this waits out the copy's age first: a copy
-    made after the wait began holds this transaction, which began before. Called only for a
-    transaction a handler left open, never on a job's plain path."""
-    time.sleep(INNODB_TRX_CACHE_SECONDS * 1.1)
+    Not ``information_schema.innodb_trx``: InnoDB serves that from a copy it remakes only
+    when nobody has read it for 100 ms, so other sessions reading it (other workers' checks,
+    a monitoring tool) keep it old for as long as they go on; a transaction begun since
+    looked as if it had written nothing, and its writes were lost with the job recorded
+    completed. The status is made on each call. Called only for a transaction a handler
+    left open, never on a job's plain path."""
+    thread = getattr(raw, "sqlq_thread_id", None)
+    if thread is None:
+        thread = raw.thread_id()
     with raw.cursor() as cursor:
-        cursor.execute(
-            "SELECT trx_rows_modified FROM information_schema.innodb_trx "
-            "WHERE trx_mysql_thread_id = CONNECTION_ID()"
-        )
+        cursor.execute("SHOW ENGINE INNODB STATUS")
         row = cursor.fetchone()
-    return row is not None and bool(row[0])
+    status = str(row[2]) if row else ""
+    if _TRUNCATED in status:
+        return True
+    transactions = status.split("\nTRANSACTIONS\n", 1)[-1]
+    mark = re.compile(rf"thread id {int(thread)},")
+    for block in transactions.split("\n---TRANSACTION ")[1:]:
+        found = mark.search(block)
+        if found:
+            undo = re.search(r"undo log entries (\d+)", block[: found.start()])
+            return undo is not None and int(undo.group(1)) > 0
+    return False
 
 
 def remember_thread_id(connection: Any) -> None:

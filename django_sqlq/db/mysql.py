@@ -280,7 +280,9 @@ class MySQLOps(MySQLOutcomeOps):
         whose sum the workers read: this takes the first one no other transaction holds
         (``SKIP LOCKED``; its lock lasts until the commit), so that a caller that keeps its
         transaction open holds up no other notifier (a worker releasing dependent jobs, an
-        operator). Only when every row is held does it wait, for the first."""
+        operator). When every row is held (64 such transactions open at once), it adds
+        nothing rather than wait: the workers see this change at their next poll, or sooner
+        when one of those commits."""
         if not queues:
             return
         try:
@@ -289,9 +291,8 @@ class MySQLOps(MySQLOutcomeOps):
                     "SELECT id FROM sqlq_wake ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
                 )
                 row = cursor.fetchone()
-                cursor.execute(
-                    "UPDATE sqlq_wake SET n = n + 1 WHERE id = %s", [row[0] if row else 1]
-                )
+                if row is not None:
+                    cursor.execute("UPDATE sqlq_wake SET n = n + 1 WHERE id = %s", [row[0]])
         except ProgrammingError as exc:
             # Code deployed before its migration: the workers poll meanwhile. (MariaDB rolls
             # back the failed statement alone, not the caller's transaction.)

@@ -270,3 +270,37 @@ def test_status_conditions_are_rewritten_in_place_and_still_hold():
         migrate(leaves)
     if sqlite:
         assert all(" IN (" not in sql for sql in job_schema())
+
+
+def test_with_every_wake_slot_held_a_notifier_waits_for_none():
+    """MariaDB's wake-up counter (0019): 64 rows, each notifier takes one no other
+    transaction holds. With all of them held (here by one transaction), a retry adds
+    nothing rather than wait for them (it waited, then failed with 1205 past 64 open
+    requests); the next one counts again once they are let go."""
+    from django_sqlq import enqueue, lifecycle
+    from django_sqlq.db import ops_for
+    from tests.conftest import held_elsewhere
+
+    if connection.vendor != "mysql":
+        pytest.skip("MariaDB's wake-up counter (elsewhere: NOTIFY, or nothing)")
+    ops = ops_for("default")
+    jobs = [enqueue("tests.noop") for _ in range(2)]
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(status="failed")
+
+    def hold_every_slot() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM sqlq_wake FOR UPDATE")
+            assert len(cursor.fetchall()) == 64
+
+    before = ops.data_version()[1]
+    with held_elsewhere(hold_every_slot):
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")  # a wait would fail
+        try:
+            assert lifecycle.retry_now([jobs[0].pk]).changed == 1
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    assert ops.data_version()[1] == before  # nothing added
+    assert lifecycle.retry_now([jobs[1].pk]).changed == 1
+    assert ops.data_version()[1] == before + 1
