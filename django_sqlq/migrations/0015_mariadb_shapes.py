@@ -25,10 +25,10 @@ And every table's text compares byte for byte, trailing spaces included
 Elsewhere it does nothing: the state of the models is unchanged.
 """
 
-from collections.abc import Callable
-from typing import Any
 
 from django.db import migrations
+
+from django_sqlq.migrations._mariadb import on_mariadb
 
 from django_sqlq import statuses
 
@@ -82,21 +82,11 @@ BACKWARD = [
 ]
 
 
-def _run(statements: list[str]) -> Callable[[Any, Any], None]:
-    def run(apps: Any, schema_editor: Any) -> None:  # noqa: ARG001 (RunPython's signature)
-        if schema_editor.connection.vendor != "mysql":
-            return
-        for statement in statements:
-            schema_editor.execute(statement)
-
-    return run
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("django_sqlq", "0014_steps_events"),
     ]
 
     operations = [
-        migrations.RunPython(_run(FORWARD), _run(BACKWARD), atomic=False, elidable=False),
+        on_mariadb(FORWARD, BACKWARD),
     ]

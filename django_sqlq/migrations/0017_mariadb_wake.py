@@ -9,10 +9,10 @@ if it commits), and an idle worker reads it beside the newest id.
 A table of MariaDB's alone, as the shapes of 0015 are: not a model, nothing elsewhere.
 """
 
-from collections.abc import Callable
-from typing import Any
 
 from django.db import migrations
+
+from django_sqlq.migrations._mariadb import on_mariadb
 
 FORWARD = [
     "CREATE TABLE sqlq_wake (id TINYINT UNSIGNED NOT NULL PRIMARY KEY, "
@@ -23,21 +23,11 @@ FORWARD = [
 BACKWARD = ["DROP TABLE sqlq_wake"]
 
 
-def _run(statements: list[str]) -> Callable[[Any, Any], None]:
-    def run(apps: Any, schema_editor: Any) -> None:  # noqa: ARG001 (RunPython's signature)
-        if schema_editor.connection.vendor != "mysql":
-            return
-        for statement in statements:
-            schema_editor.execute(statement)
-
-    return run
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("django_sqlq", "0016_step_records"),
     ]
 
     operations = [
-        migrations.RunPython(_run(FORWARD), _run(BACKWARD), atomic=False, elidable=False),
+        on_mariadb(FORWARD, BACKWARD),
     ]

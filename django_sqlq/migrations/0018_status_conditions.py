@@ -42,6 +42,11 @@ FINISHED = ("completed", "failed", "cancelled")
 ALL = LIVE + FINISHED
 
 
+def _any(values: tuple[str, ...]) -> models.Q:
+    """The condition's state: ``status = a OR status = b ...`` (the model's ``any_status``)."""
+    return models.Q(*[("status", value) for value in values], _connector="OR")
+
+
 def _in(values: tuple[str, ...]) -> str:
     return '"status" IN (' + ", ".join(f"'{value}'" for value in values) + ")"
 
@@ -126,12 +131,7 @@ class Migration(migrations.Migration):
                 migrations.AddIndex(
                     model_name="job",
                     index=models.Index(
-                        condition=models.Q(
-                            ("status", "completed"),
-                            ("status", "failed"),
-                            ("status", "cancelled"),
-                            _connector="OR",
-                        ),
+                        condition=_any(FINISHED),
                         fields=["status", "completed_at"],
                         name="sqlq_job_finished_idx",
                     ),
@@ -139,16 +139,7 @@ class Migration(migrations.Migration):
                 migrations.AddConstraint(
                     model_name="job",
                     constraint=models.CheckConstraint(
-                        condition=models.Q(
-                            ("status", "blocked"),
-                            ("status", "scheduled"),
-                            ("status", "pending"),
-                            ("status", "processing"),
-                            ("status", "completed"),
-                            ("status", "failed"),
-                            ("status", "cancelled"),
-                            _connector="OR",
-                        ),
+                        condition=_any(ALL),
                         name="sqlq_job_status_valid",
                     ),
                 ),
@@ -157,13 +148,7 @@ class Migration(migrations.Migration):
                     constraint=models.UniqueConstraint(
                         condition=models.Q(
                             ("unique_key__isnull", False),
-                            models.Q(
-                                ("status", "blocked"),
-                                ("status", "scheduled"),
-                                ("status", "pending"),
-                                ("status", "processing"),
-                                _connector="OR",
-                            ),
+                            _any(LIVE),
                         ),
                         fields=("unique_key",),
                         name="sqlq_job_unique_key_live",

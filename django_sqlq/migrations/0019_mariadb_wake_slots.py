@@ -10,10 +10,10 @@ the first row no other transaction holds (``SKIP LOCKED``), and an idle worker r
 sum. Nothing elsewhere: a table of MariaDB's alone.
 """
 
-from collections.abc import Callable
-from typing import Any
 
 from django.db import migrations
+
+from django_sqlq.migrations._mariadb import on_mariadb
 
 #: The rows of ``sqlq_wake`` (``django_sqlq.db.mysql.WAKE_SLOTS``, as this migration wrote).
 SLOTS = 64
@@ -29,21 +29,11 @@ BACKWARD = [
 ]
 
 
-def _run(statements: list[str]) -> Callable[[Any, Any], None]:
-    def run(apps: Any, schema_editor: Any) -> None:  # noqa: ARG001 (RunPython's signature)
-        if schema_editor.connection.vendor != "mysql":
-            return
-        for statement in statements:
-            schema_editor.execute(statement)
-
-    return run
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("django_sqlq", "0018_status_conditions"),
     ]
 
     operations = [
-        migrations.RunPython(_run(FORWARD), _run(BACKWARD), atomic=False, elidable=False),
+        on_mariadb(FORWARD, BACKWARD),
     ]

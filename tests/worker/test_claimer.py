@@ -16,7 +16,7 @@ from django_sqlq.models import Job, JobStatus
 from django_sqlq.worker import Worker
 from django_sqlq.worker.claimer import MAX_PREFETCH, PREFETCH_HOLD, PREFETCH_WINDOW
 from django_sqlq.worker.completer import FLUSH_INTERVAL
-from tests.conftest import held_elsewhere
+from tests.conftest import held_elsewhere, wait_for
 
 
 def in_hand(worker: Worker, *, running: int, waiting: int) -> None:
@@ -165,9 +165,7 @@ def test_due_jobs_another_transaction_holds_are_not_promoted_in_a_loop(engine, m
     from django_sqlq.worker import staging
 
     job = enqueue("tests.noop", delay=timedelta(seconds=0.05))
-    until = time.monotonic() + 10
-    while (lifecycle.next_due_in("default") or 0.0) > 0 and time.monotonic() < until:
-        time.sleep(0.01)
+    wait_for(lambda: (lifecycle.next_due_in("default") or 0.0) <= 0, 10)  # it came due
     promotes: list[int] = []
     promote = lifecycle.promote
 
